@@ -1,0 +1,970 @@
+//! Operation -> Verdict: whether a Machine deletion or a KCP change keeps etcd quorum and the
+//! KCP's desired replicas, and what to tell the person who asked.
+
+use std::fmt;
+
+use super::model::*;
+use super::next_action::{NextAction, next_action};
+use super::quorum::{self, Safety, Tally, quorum};
+
+/// What someone asks to do to a control plane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// Delete this Machine. The value is the Machine as the request carries it; it stands in for
+    /// the cached one of the same name (the cache may lag behind).
+    DeleteMachine(Machine),
+    /// Change the KCP: `spec.replicas` from -> to (equal when unchanged), and whether the change
+    /// starts a rollout (version, kubeadmConfigSpec or machineTemplate changed).
+    UpdateKcp {
+        replicas_from: u32,
+        replicas_to: u32,
+        starts_rollout: bool,
+    },
+}
+
+/// Stable reason codes. Their string form is part of the API (audit annotations, JSON output,
+/// metrics labels): never rename one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    // Always allowed.
+    NotControlPlane,
+    AlreadyDeleting,
+    ClusterDeleting,
+    ControlPlaneDeleting,
+    ClusterctlMove,
+    TeardownRequester,
+    BreakGlass,
+    ExternalEtcd,
+    // Allowed because the rules hold.
+    MemberAbsent,
+    LearnerMember,
+    QuorumSafe,
+    NoReplicaChange,
+    ScaleDownSafe,
+    ScaleUpSafe,
+    SingleMemberScaleUp,
+    RolloutAllowed,
+    // Denied (or allowed with a warning, for HealthUnknown under a permissive policy).
+    WouldLoseQuorum,
+    LastMember,
+    PendingDeletions,
+    QuorumLost,
+    HealthUnknown,
+    BelowDesiredReplicas,
+    ScaleDownWouldLoseQuorum,
+    ScaleUpWouldLoseQuorum,
+}
+
+impl Reason {
+    /// Every reason, for documentation and exhaustive tests.
+    pub const ALL: [Reason; 24] = [
+        Reason::NotControlPlane,
+        Reason::AlreadyDeleting,
+        Reason::ClusterDeleting,
+        Reason::ControlPlaneDeleting,
+        Reason::ClusterctlMove,
+        Reason::TeardownRequester,
+        Reason::BreakGlass,
+        Reason::ExternalEtcd,
+        Reason::MemberAbsent,
+        Reason::LearnerMember,
+        Reason::QuorumSafe,
+        Reason::NoReplicaChange,
+        Reason::ScaleDownSafe,
+        Reason::ScaleUpSafe,
+        Reason::SingleMemberScaleUp,
+        Reason::RolloutAllowed,
+        Reason::WouldLoseQuorum,
+        Reason::LastMember,
+        Reason::PendingDeletions,
+        Reason::QuorumLost,
+        Reason::HealthUnknown,
+        Reason::BelowDesiredReplicas,
+        Reason::ScaleDownWouldLoseQuorum,
+        Reason::ScaleUpWouldLoseQuorum,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NotControlPlane => "NotControlPlane",
+            Reason::AlreadyDeleting => "AlreadyDeleting",
+            Reason::ClusterDeleting => "ClusterDeleting",
+            Reason::ControlPlaneDeleting => "ControlPlaneDeleting",
+            Reason::ClusterctlMove => "ClusterctlMove",
+            Reason::TeardownRequester => "TeardownRequester",
+            Reason::BreakGlass => "BreakGlass",
+            Reason::ExternalEtcd => "ExternalEtcd",
+            Reason::MemberAbsent => "MemberAbsent",
+            Reason::LearnerMember => "LearnerMember",
+            Reason::QuorumSafe => "QuorumSafe",
+            Reason::NoReplicaChange => "NoReplicaChange",
+            Reason::ScaleDownSafe => "ScaleDownSafe",
+            Reason::ScaleUpSafe => "ScaleUpSafe",
+            Reason::SingleMemberScaleUp => "SingleMemberScaleUp",
+            Reason::RolloutAllowed => "RolloutAllowed",
+            Reason::WouldLoseQuorum => "WouldLoseQuorum",
+            Reason::LastMember => "LastMember",
+            Reason::PendingDeletions => "PendingDeletions",
+            Reason::QuorumLost => "QuorumLost",
+            Reason::HealthUnknown => "HealthUnknown",
+            Reason::BelowDesiredReplicas => "BelowDesiredReplicas",
+            Reason::ScaleDownWouldLoseQuorum => "ScaleDownWouldLoseQuorum",
+            Reason::ScaleUpWouldLoseQuorum => "ScaleUpWouldLoseQuorum",
+        }
+    }
+
+    /// Reasons that allow without looking at quorum at all (teardown, moves, break-glass...).
+    pub fn is_unconditional(self) -> bool {
+        matches!(
+            self,
+            Reason::NotControlPlane
+                | Reason::AlreadyDeleting
+                | Reason::ClusterDeleting
+                | Reason::ControlPlaneDeleting
+                | Reason::ClusterctlMove
+                | Reason::TeardownRequester
+                | Reason::BreakGlass
+                | Reason::ExternalEtcd
+        )
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The quorum figures before and after an operation. `healthy` counts only members known to be
+/// healthy; `unknown` those whose health is unknown or stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Figures {
+    pub voting: usize,
+    pub healthy: usize,
+    pub unknown: usize,
+    pub quorum: usize,
+    pub tolerance: i64,
+    pub voting_after: usize,
+    pub healthy_after: usize,
+    pub quorum_after: usize,
+    pub tolerance_after: i64,
+}
+
+impl Figures {
+    fn new(before: Tally, after: Tally) -> Figures {
+        Figures {
+            voting: before.voting(),
+            healthy: before.healthy,
+            unknown: before.unknown,
+            quorum: quorum(before.voting()),
+            tolerance: quorum::tolerance(before.voting(), before.healthy),
+            voting_after: after.voting(),
+            healthy_after: after.healthy,
+            quorum_after: quorum(after.voting()),
+            tolerance_after: quorum::tolerance(after.voting(), after.healthy),
+        }
+    }
+
+    /// "voting 3, healthy 2, quorum 2 (fault tolerance 0) -> voting 2, healthy 1, quorum 2 (fault tolerance -1)"
+    pub fn sentence(&self) -> String {
+        let unknown = if self.unknown > 0 {
+            format!(", health unknown {}", self.unknown)
+        } else {
+            String::new()
+        };
+        format!(
+            "now voting {}, healthy {}{unknown}, quorum {}, fault tolerance {}; after: voting {}, healthy {}, quorum {}, fault tolerance {}",
+            self.voting,
+            self.healthy,
+            self.quorum,
+            self.tolerance,
+            self.voting_after,
+            self.healthy_after,
+            self.quorum_after,
+            self.tolerance_after
+        )
+    }
+}
+
+/// The answer to one operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub allowed: bool,
+    pub reason: Reason,
+    /// Names the objects and the numbers, and for a denial the safe next step.
+    pub message: String,
+    pub warnings: Vec<String>,
+    /// Absent when quorum did not enter the decision (unconditional allows, unknown etcd).
+    pub figures: Option<Figures>,
+    pub next_action: NextAction,
+}
+
+/// A verdict before the next action is attached; what `next_action` itself evaluates with.
+pub(crate) struct Judgement {
+    pub allowed: bool,
+    pub reason: Reason,
+    pub message: String,
+    pub warnings: Vec<String>,
+    pub figures: Option<Figures>,
+}
+
+impl Judgement {
+    fn allow(reason: Reason, message: String) -> Judgement {
+        Judgement {
+            allowed: true,
+            reason,
+            message,
+            warnings: Vec::new(),
+            figures: None,
+        }
+    }
+
+    fn deny(reason: Reason, message: String) -> Judgement {
+        Judgement {
+            allowed: false,
+            reason,
+            message,
+            warnings: Vec::new(),
+            figures: None,
+        }
+    }
+
+    fn with_figures(mut self, f: Figures) -> Judgement {
+        self.figures = Some(f);
+        self
+    }
+}
+
+/// Decides one operation. `now_unix` is the present as Unix seconds (for the next action's
+/// join grace); the snapshot's own age decides whether its health is stale.
+pub fn decide(
+    cp: &ControlPlane,
+    op: &Operation,
+    requester: &Requester,
+    policy: &Policy,
+    now_unix: i64,
+) -> Verdict {
+    let j = judge(cp, op, requester, policy);
+    let next = next_action(cp, policy, now_unix);
+    let mut message = j.message;
+    if !j.allowed {
+        message.push_str(&format!(" Next safe action: {}", next.message));
+    }
+    Verdict {
+        allowed: j.allowed,
+        reason: j.reason,
+        message,
+        warnings: j.warnings,
+        figures: j.figures,
+        next_action: next,
+    }
+}
+
+/// The decision without the next action (which itself asks this function).
+pub(crate) fn judge(
+    cp: &ControlPlane,
+    op: &Operation,
+    requester: &Requester,
+    policy: &Policy,
+) -> Judgement {
+    let mut j = match op {
+        Operation::DeleteMachine(m) => judge_delete(cp, m, requester, policy),
+        Operation::UpdateKcp {
+            replicas_from,
+            replicas_to,
+            starts_rollout,
+        } => judge_update(
+            cp,
+            *replicas_from,
+            *replicas_to,
+            *starts_rollout,
+            requester,
+            policy,
+        ),
+    };
+    if j.allowed
+        && !j.reason.is_unconditional()
+        && let Some(f) = j.figures
+        && f.tolerance_after == 0
+        && f.voting_after > 0
+    {
+        j.warnings.push(format!(
+            "after this, etcd of KubeadmControlPlane {} has no fault tolerance (voting {}, healthy {}, quorum {}): one more member failure loses quorum",
+            cp.kcp_ref(),
+            f.voting_after,
+            f.healthy_after,
+            f.quorum_after
+        ));
+    }
+    j
+}
+
+fn is_stale(cp: &ControlPlane, policy: &Policy) -> bool {
+    match &cp.etcd {
+        EtcdState::Observed(s) => s.age.is_some_and(|a| a > policy.max_health_age),
+        EtcdState::Unknown { .. } => true,
+    }
+}
+
+fn describe_member(m: &Member, stale: bool) -> String {
+    let role = if m.is_learner { ", learner" } else { "" };
+    let health = match quorum::effective(m, stale) {
+        Health::Healthy => "healthy".to_string(),
+        Health::Unhealthy(e) => format!("unhealthy: {e}"),
+        Health::Unknown if stale && !m.health.eq(&Health::Unknown) => "health stale".to_string(),
+        Health::Unknown => "health unknown".to_string(),
+    };
+    format!("{} (id {}{role}, {health})", m.display_name(), m.id)
+}
+
+/// Names the voting members that are not known to be healthy, for messages.
+fn not_healthy_list(cp: &ControlPlane, stale: bool) -> String {
+    let names: Vec<String> = cp
+        .members()
+        .iter()
+        .filter(|m| !m.is_learner && !quorum::effective(m, stale).is_healthy())
+        .map(|m| describe_member(m, stale))
+        .collect();
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" Not healthy: {}.", names.join(", "))
+    }
+}
+
+fn on_unknown(requester: &Requester, policy: &Policy) -> OnUnknownHealth {
+    if policy.is_controller(requester) {
+        policy.unknown_health_controllers
+    } else {
+        policy.unknown_health_humans
+    }
+}
+
+/// The outcome when safety cannot be proven: deny, or allow with a warning, per policy.
+fn unknown_health(
+    what: &str,
+    detail: &str,
+    requester: &Requester,
+    policy: &Policy,
+    figures: Option<Figures>,
+) -> Judgement {
+    let msg = format!(
+        "cannot prove that {what} is safe: {detail} Wait for a fresh etcd probe, or check etcd with `etcdctl endpoint health --cluster`."
+    );
+    let mut j = match on_unknown(requester, policy) {
+        OnUnknownHealth::Deny => Judgement::deny(Reason::HealthUnknown, msg),
+        OnUnknownHealth::Allow => {
+            let mut j = Judgement::allow(Reason::HealthUnknown, msg.clone());
+            j.warnings.push(format!(
+                "allowed without proof of safety (policy for {}): {msg}",
+                requester.username
+            ));
+            j
+        }
+    };
+    j.figures = figures;
+    j
+}
+
+fn unknown_etcd_detail(cp: &ControlPlane) -> String {
+    match &cp.etcd {
+        EtcdState::Unknown { reason } => format!(
+            "the etcd member list of KubeadmControlPlane {} is unknown ({reason}).",
+            cp.kcp_ref()
+        ),
+        EtcdState::Observed(s) => format!(
+            "the etcd health of KubeadmControlPlane {} is {}.",
+            cp.kcp_ref(),
+            match s.age {
+                Some(a) => format!("{}s old", a.as_secs()),
+                None => "not known".into(),
+            }
+        ),
+    }
+}
+
+fn judge_delete(
+    cp: &ControlPlane,
+    m: &Machine,
+    requester: &Requester,
+    policy: &Policy,
+) -> Judgement {
+    let what = format!("Machine {}/{}", cp.kcp.namespace, m.name);
+    if !m.control_plane {
+        return Judgement::allow(
+            Reason::NotControlPlane,
+            format!("{what} is not a control-plane Machine"),
+        );
+    }
+    if m.deleting {
+        return Judgement::allow(
+            Reason::AlreadyDeleting,
+            format!("{what} is already being deleted"),
+        );
+    }
+    if cp.cluster.deleting {
+        return Judgement::allow(
+            Reason::ClusterDeleting,
+            format!("Cluster {} is being deleted", cp.cluster.name),
+        );
+    }
+    if cp.kcp.deleting {
+        return Judgement::allow(
+            Reason::ControlPlaneDeleting,
+            format!("KubeadmControlPlane {} is being deleted", cp.kcp_ref()),
+        );
+    }
+    if m.annotation(ANNOTATION_DELETE_FOR_MOVE).is_some() {
+        return Judgement::allow(
+            Reason::ClusterctlMove,
+            format!("{what} is being moved by clusterctl ({ANNOTATION_DELETE_FOR_MOVE})"),
+        );
+    }
+    if policy.is_teardown(requester) {
+        return Judgement::allow(
+            Reason::TeardownRequester,
+            format!(
+                "{} is a teardown identity; deletion of {what} is not blocked",
+                requester.username
+            ),
+        );
+    }
+    let j = judge_delete_rules(cp, m, requester, policy);
+    let break_glass = m.annotation(ANNOTATION_BREAK_GLASS).map(str::trim);
+    match break_glass {
+        Some(why) if !j.allowed && !why.is_empty() => {
+            let mut out = Judgement::allow(
+                Reason::BreakGlass,
+                format!(
+                    "{what}: break-glass annotation {ANNOTATION_BREAK_GLASS} ({why:?}) overrides the guard"
+                ),
+            );
+            out.warnings.push(format!(
+                "break-glass used on {what} ({why:?}); without it this would be denied ({}): {}",
+                j.reason, j.message
+            ));
+            out.figures = j.figures;
+            out
+        }
+        Some("") if !j.allowed => {
+            let mut j = j;
+            j.message.push_str(&format!(
+                " The annotation {ANNOTATION_BREAK_GLASS} is present but empty: it needs a reason as its value to take effect."
+            ));
+            j
+        }
+        _ => j,
+    }
+}
+
+/// The quorum rule, then the desired-replicas rule.
+fn judge_delete_rules(
+    cp: &ControlPlane,
+    m: &Machine,
+    requester: &Requester,
+    policy: &Policy,
+) -> Judgement {
+    let quorum_j = judge_delete_quorum(cp, m, requester, policy);
+    if !quorum_j.allowed {
+        return quorum_j;
+    }
+    if !policy.is_controller(requester)
+        && let Some(denial) = judge_desired_replicas(cp, m)
+    {
+        return denial.with_figures_opt(quorum_j.figures);
+    }
+    quorum_j
+}
+
+impl Judgement {
+    fn with_figures_opt(mut self, f: Option<Figures>) -> Judgement {
+        self.figures = f;
+        self
+    }
+}
+
+fn judge_desired_replicas(cp: &ControlPlane, m: &Machine) -> Option<Judgement> {
+    let remaining = cp
+        .machines
+        .iter()
+        .filter(|o| o.control_plane && !o.deleting && o.name != m.name)
+        .count();
+    let desired = cp.kcp.replicas as usize;
+    if remaining >= desired {
+        return None;
+    }
+    let never_joined = m.node_name.is_none()
+        && matches!(cp.etcd, EtcdState::Observed(_))
+        && cp.member_of(m).is_none();
+    if never_joined {
+        return None;
+    }
+    Some(Judgement::deny(
+        Reason::BelowDesiredReplicas,
+        format!(
+            "deleting Machine {}/{} would leave {remaining} control-plane Machines of KubeadmControlPlane {}, fewer than its spec.replicas {desired}; KCP would have to create a replacement while this deletion is still pending. To replace this Machine safely, annotate it and let KCP do it: `kubectl annotate machine -n {} {} {ANNOTATION_REMEDIATE}=\"\"`; to shrink the control plane, lower spec.replicas instead: `kubectl scale kcp -n {} {} --replicas={}`.",
+            cp.kcp.namespace,
+            m.name,
+            cp.kcp_ref(),
+            cp.kcp.namespace,
+            m.name,
+            cp.kcp.namespace,
+            cp.kcp.name,
+            // KCP's own webhook refuses even replica counts for stacked etcd.
+            if desired > 2 { desired - 2 } else { 1 },
+        ),
+    ))
+}
+
+fn judge_delete_quorum(
+    cp: &ControlPlane,
+    m: &Machine,
+    requester: &Requester,
+    policy: &Policy,
+) -> Judgement {
+    let what = format!("deleting Machine {}/{}", cp.kcp.namespace, m.name);
+    if cp.kcp.etcd == EtcdTopology::External {
+        return Judgement::allow(
+            Reason::ExternalEtcd,
+            format!(
+                "KubeadmControlPlane {} uses external etcd: no stacked member to protect",
+                cp.kcp_ref()
+            ),
+        );
+    }
+    if let EtcdState::Unknown { .. } = cp.etcd {
+        return unknown_health(&what, &unknown_etcd_detail(cp), requester, policy, None);
+    }
+    let stale = is_stale(cp, policy);
+    let Some(member) = cp.member_of(m) else {
+        return Judgement::allow(
+            Reason::MemberAbsent,
+            format!(
+                "Machine {}/{} has no etcd member (removed already, or never joined): quorum of KubeadmControlPlane {} is unaffected",
+                cp.kcp.namespace,
+                m.name,
+                cp.kcp_ref()
+            ),
+        );
+    };
+    if member.is_learner {
+        return Judgement::allow(
+            Reason::LearnerMember,
+            format!(
+                "the etcd member of Machine {}/{} is a learner, which does not vote: quorum is unaffected",
+                cp.kcp.namespace, m.name
+            ),
+        );
+    }
+    let members = cp.members();
+    let before = Tally::of(members, stale);
+    let mut alone = Tally::default();
+    alone.add(&quorum::effective(member, stale));
+    let after_alone = minus(before, alone);
+    let figures = Figures::new(before, after_alone);
+    let problems = not_healthy_list(cp, stale);
+    if before.quorum_lost() {
+        return Judgement::deny(
+            Reason::QuorumLost,
+            format!(
+                "etcd of KubeadmControlPlane {} has lost quorum ({}).{problems} {what} would throw away a surviving member's data, which recovery needs. Restore quorum first: restore etcd from a snapshot (https://etcd.io/docs/v3.4/op-guide/recovery/), or, if you accept the risk, set the annotation {ANNOTATION_BREAK_GLASS}=<reason> on the Machine.",
+                cp.kcp_ref(),
+                figures.sentence()
+            ),
+        )
+        .with_figures(figures);
+    }
+    let member_desc = describe_member(member, stale);
+    if after_alone.voting() == 0 {
+        return Judgement::deny(
+            Reason::LastMember,
+            format!(
+                "{what} would remove {member_desc}, the last etcd member of KubeadmControlPlane {}: etcd and its data would be gone ({}).",
+                cp.kcp_ref(),
+                figures.sentence()
+            ),
+        )
+        .with_figures(figures);
+    }
+    // Members of Machines already being deleted are on their way out too.
+    let pending: Vec<&Member> = cp
+        .machines
+        .iter()
+        .filter(|o| o.deleting && o.name != m.name)
+        .filter_map(|o| cp.member_of(o))
+        .filter(|p| !p.is_learner && p.id != member.id)
+        .collect();
+    let pending_tally = Tally::of(pending.iter().copied(), stale);
+    let with_pending = Tally {
+        healthy: pending_tally.healthy + alone.healthy,
+        unhealthy: pending_tally.unhealthy + alone.unhealthy,
+        unknown: pending_tally.unknown + alone.unknown,
+    };
+    let alone_safety = quorum::removal(before, alone);
+    let pending_safety = quorum::removal(before, with_pending);
+    // A deletion is judged by the risk it adds: the pending removals that are already unsafe
+    // on their own (health changed after they were admitted) are not made safer by refusing it,
+    // and removing an unhealthy member is then the way out.
+    let risk = quorum::added_risk(before, pending_tally, &quorum::effective(member, stale));
+    let pending_names = || -> String {
+        pending
+            .iter()
+            .map(|p| {
+                let machine = cp.machine_of(p).map(|x| x.name.as_str()).unwrap_or("?");
+                format!("Machine {machine} (member {})", describe_member(p, stale))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if alone_safety == Safety::Unsafe {
+        return Judgement::deny(
+            Reason::WouldLoseQuorum,
+            format!(
+                "{what} would lose etcd quorum of KubeadmControlPlane {}: it removes {member_desc}; {}.{problems}",
+                cp.kcp_ref(),
+                figures.sentence()
+            ),
+        )
+        .with_figures(figures);
+    }
+    if risk == Safety::Unsafe {
+        let all = minus(before, with_pending);
+        return Judgement::deny(
+            Reason::PendingDeletions,
+            format!(
+                "{what} is not safe while other deletions are pending: {} still being deleted; if those members leave first, quorum of KubeadmControlPlane {} could be lost (after all of them: voting {}, healthy {}; {}).{problems} Wait for {} to finish, then try again.",
+                pending_names(),
+                cp.kcp_ref(),
+                all.voting(),
+                all.healthy,
+                figures.sentence(),
+                if pending.len() == 1 {
+                    "that deletion"
+                } else {
+                    "those deletions"
+                }
+            ),
+        )
+        .with_figures(figures);
+    }
+    if risk == Safety::Unknown {
+        let pending_note = if pending.is_empty() {
+            String::new()
+        } else {
+            format!(" Deletions still pending: {}.", pending_names())
+        };
+        return unknown_health(
+            &what,
+            &format!(
+                "{}; it removes {member_desc}.{problems}{pending_note}",
+                figures.sentence()
+            ),
+            requester,
+            policy,
+            Some(figures),
+        );
+    }
+    let mut j = Judgement::allow(
+        Reason::QuorumSafe,
+        format!(
+            "{what} keeps etcd quorum of KubeadmControlPlane {}: it removes {member_desc}; {}",
+            cp.kcp_ref(),
+            figures.sentence()
+        ),
+    )
+    .with_figures(figures);
+    if pending_safety != Safety::Safe {
+        j.warnings.push(format!(
+            "the pending deletions ({}) cannot all complete safely while members are unhealthy; removing the unhealthy member of Machine {}/{} first is the way out",
+            pending_names(),
+            cp.kcp.namespace,
+            m.name
+        ));
+    }
+    j
+}
+
+/// The membership left after removing `removed` (worst case: the pessimistic view).
+fn minus(before: Tally, removed: Tally) -> Tally {
+    Tally {
+        healthy: before.healthy.saturating_sub(removed.healthy),
+        unhealthy: before.unhealthy.saturating_sub(removed.unhealthy),
+        unknown: before.unknown.saturating_sub(removed.unknown),
+    }
+}
+
+fn judge_update(
+    cp: &ControlPlane,
+    from: u32,
+    to: u32,
+    starts_rollout: bool,
+    requester: &Requester,
+    policy: &Policy,
+) -> Judgement {
+    let kcp = cp.kcp_ref();
+    if cp.cluster.deleting {
+        return Judgement::allow(
+            Reason::ClusterDeleting,
+            format!("Cluster {} is being deleted", cp.cluster.name),
+        );
+    }
+    if cp.kcp.deleting {
+        return Judgement::allow(
+            Reason::ControlPlaneDeleting,
+            format!("KubeadmControlPlane {kcp} is being deleted"),
+        );
+    }
+    if cp.kcp.etcd == EtcdTopology::External {
+        return Judgement::allow(
+            Reason::ExternalEtcd,
+            format!("KubeadmControlPlane {kcp} uses external etcd: no stacked member to protect"),
+        );
+    }
+    let mut j = if from == to {
+        Judgement::allow(
+            Reason::NoReplicaChange,
+            format!("spec.replicas of KubeadmControlPlane {kcp} is unchanged ({to})"),
+        )
+    } else if let EtcdState::Unknown { .. } = cp.etcd {
+        unknown_health(
+            &format!("changing spec.replicas of KubeadmControlPlane {kcp} from {from} to {to}"),
+            &unknown_etcd_detail(cp),
+            requester,
+            policy,
+            None,
+        )
+    } else if to < from {
+        judge_scale_down(cp, from, to, requester, policy)
+    } else {
+        judge_scale_up(cp, from, to, requester, policy)
+    };
+    if starts_rollout && j.allowed {
+        if j.reason == Reason::NoReplicaChange {
+            j.reason = Reason::RolloutAllowed;
+            j.message = format!("the change to KubeadmControlPlane {kcp} starts a rollout");
+        }
+        if let Some(w) = rollout_warning(cp, policy) {
+            j.warnings.push(w);
+        }
+    }
+    j
+}
+
+/// A warning when the rollout's first step (add one with maxSurge 1, delete one with maxSurge
+/// 0) would not be safe now: KCP will wait until it is.
+fn rollout_warning(cp: &ControlPlane, policy: &Policy) -> Option<String> {
+    let stale = is_stale(cp, policy);
+    let before = Tally::of(cp.members(), stale);
+    if matches!(cp.etcd, EtcdState::Unknown { .. }) {
+        return Some(format!(
+            "the rollout of KubeadmControlPlane {} starts while etcd health is unknown; quorumguard cannot say whether its first step is safe",
+            cp.kcp_ref()
+        ));
+    }
+    let (step, safety) = if cp.kcp.max_surge >= 1 {
+        (
+            "adding a new member (maxSurge 1)".to_string(),
+            if before.voting() == 1 {
+                Safety::Safe
+            } else {
+                quorum::addition(before)
+            },
+        )
+    } else {
+        let one_healthy = Tally {
+            healthy: 1,
+            ..Tally::default()
+        };
+        (
+            "removing a member first (maxSurge 0)".to_string(),
+            quorum::removal(before, one_healthy),
+        )
+    };
+    (safety != Safety::Safe).then(|| {
+        format!(
+            "the rollout of KubeadmControlPlane {} starts with {step}, which is not safe right now (voting {}, healthy {}, quorum {}); KCP will not make progress until etcd is healthy.{}",
+            cp.kcp_ref(),
+            before.voting(),
+            before.healthy,
+            quorum(before.voting()),
+            not_healthy_list(cp, stale)
+        )
+    })
+}
+
+/// How the health of a member is counted when picking the worst removal order.
+fn worst_first_rank(h: &Health) -> u8 {
+    match h {
+        Health::Healthy => 0,
+        Health::Unknown => 1,
+        Health::Unhealthy(_) => 2,
+    }
+}
+
+fn judge_scale_down(
+    cp: &ControlPlane,
+    from: u32,
+    to: u32,
+    requester: &Requester,
+    policy: &Policy,
+) -> Judgement {
+    let kcp = cp.kcp_ref();
+    let what = format!("scaling KubeadmControlPlane {kcp} from {from} to {to} replicas");
+    let stale = is_stale(cp, policy);
+    let before = Tally::of(cp.members(), stale);
+    let active: Vec<&Machine> = cp
+        .machines
+        .iter()
+        .filter(|m| m.control_plane && !m.deleting)
+        .collect();
+    let k = active.len().saturating_sub(to as usize);
+    // KCP removes machines annotated delete-machine first; assume the worst for the rest.
+    let mut candidates: Vec<(bool, u8, &Machine, Option<&Member>)> = active
+        .iter()
+        .map(|m| {
+            let member = cp.member_of(m).filter(|x| !x.is_learner);
+            let rank = member.map_or(3, |x| worst_first_rank(&quorum::effective(x, stale)));
+            (
+                m.annotation(ANNOTATION_DELETE_MACHINE).is_none(),
+                rank,
+                *m,
+                member,
+            )
+        })
+        .collect();
+    candidates.sort_by(|a, b| (a.0, a.1, &a.2.name).cmp(&(b.0, b.1, &b.2.name)));
+    let mut removed = Tally::default();
+    let mut removed_names = Vec::new();
+    for (_, _, m, member) in candidates.iter().take(k) {
+        if let Some(x) = member {
+            removed.add(&quorum::effective(x, stale));
+        }
+        removed_names.push(m.name.clone());
+    }
+    // Members of Machines already being deleted leave as well.
+    for m in cp.machines.iter().filter(|m| m.deleting) {
+        if let Some(x) = cp.member_of(m).filter(|x| !x.is_learner) {
+            removed.add(&quorum::effective(x, stale));
+        }
+    }
+    let after = minus(before, removed);
+    let figures = Figures::new(before, after);
+    let problems = not_healthy_list(cp, stale);
+    if before.quorum_lost() {
+        return Judgement::deny(
+            Reason::QuorumLost,
+            format!(
+                "{what}: etcd has lost quorum ({}).{problems} Restore quorum first (restore etcd from a snapshot).",
+                figures.sentence()
+            ),
+        )
+        .with_figures(figures);
+    }
+    let quorum_of_target = quorum(to as usize);
+    let safety = match quorum::removal(before, removed) {
+        Safety::Safe if after.healthy >= quorum_of_target => Safety::Safe,
+        Safety::Safe | Safety::Unknown if after.optimistic() >= quorum_of_target => Safety::Unknown,
+        _ => Safety::Unsafe,
+    };
+    let which = if removed_names.is_empty() {
+        "no Machine".to_string()
+    } else {
+        format!("Machines {}", removed_names.join(", "))
+    };
+    match safety {
+        Safety::Safe => Judgement::allow(
+            Reason::ScaleDownSafe,
+            format!(
+                "{what} keeps etcd quorum even in the worst case (KCP removes {which}); {}",
+                figures.sentence()
+            ),
+        )
+        .with_figures(figures),
+        Safety::Unsafe => Judgement::deny(
+            Reason::ScaleDownWouldLoseQuorum,
+            format!(
+                "{what} could lose etcd quorum: in the worst case KCP removes {which}, leaving {} healthy of {} voting members, quorum {} (and {quorum_of_target} for {to} replicas); {}.{problems} Make the unhealthy members healthy or remediate them first, or annotate the Machines to remove with {ANNOTATION_DELETE_MACHINE}.",
+                after.healthy,
+                after.voting(),
+                quorum(after.voting()),
+                figures.sentence()
+            ),
+        )
+        .with_figures(figures),
+        Safety::Unknown => unknown_health(
+            &what,
+            &format!("{}.{problems}", figures.sentence()),
+            requester,
+            policy,
+            Some(figures),
+        ),
+    }
+}
+
+fn judge_scale_up(
+    cp: &ControlPlane,
+    from: u32,
+    to: u32,
+    requester: &Requester,
+    policy: &Policy,
+) -> Judgement {
+    let kcp = cp.kcp_ref();
+    let what = format!("scaling KubeadmControlPlane {kcp} from {from} to {to} replicas");
+    let stale = is_stale(cp, policy);
+    let before = Tally::of(cp.members(), stale);
+    let after = Tally {
+        unhealthy: before.unhealthy + 1,
+        ..before
+    };
+    let figures = Figures::new(before, after);
+    let problems = not_healthy_list(cp, stale);
+    if before.quorum_lost() {
+        return Judgement::deny(
+            Reason::QuorumLost,
+            format!(
+                "{what}: etcd has lost quorum ({}).{problems} A new member cannot join; restore quorum first (restore etcd from a snapshot).",
+                figures.sentence()
+            ),
+        )
+        .with_figures(figures);
+    }
+    if before.voting() == 1 && before.healthy == 1 {
+        let mut j = Judgement::allow(
+            Reason::SingleMemberScaleUp,
+            format!(
+                "{what}: a single-member etcd can only grow by adding a member; {}",
+                figures.sentence()
+            ),
+        )
+        .with_figures(figures);
+        j.warnings.push(format!(
+            "while the second member of KubeadmControlPlane {kcp} joins, etcd needs both members: it is unavailable until the join completes"
+        ));
+        return j;
+    }
+    match quorum::addition(before) {
+        Safety::Safe => Judgement::allow(
+            Reason::ScaleUpSafe,
+            format!(
+                "{what}: the new member joins while quorum holds; {}",
+                figures.sentence()
+            ),
+        )
+        .with_figures(figures),
+        Safety::Unsafe => Judgement::deny(
+            Reason::ScaleUpWouldLoseQuorum,
+            format!(
+                "{what} would lose etcd quorum while the first new member joins: it counts as a voting member before it is healthy; {}.{problems} Make every member healthy (or remediate the unhealthy one) first, then scale.",
+                figures.sentence()
+            ),
+        )
+        .with_figures(figures),
+        Safety::Unknown => unknown_health(
+            &what,
+            &format!("{}.{problems}", figures.sentence()),
+            requester,
+            policy,
+            Some(figures),
+        ),
+    }
+}

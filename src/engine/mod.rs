@@ -1,0 +1,15 @@
+//! The product's knowledge, pure and synchronous: quorum arithmetic, the model of a control
+//! plane, the decisions and the next safe action. Nothing here performs I/O or reads a clock, so
+//! every rule can be tested exhaustively and every entry point (webhook, prober, `check`) agrees.
+
+pub mod decide;
+pub mod model;
+pub mod next_action;
+pub mod quorum;
+
+pub use decide::{Figures, Operation, Reason, Verdict, decide};
+pub use model::*;
+pub use next_action::{ActionCode, NextAction, next_action};
+
+#[cfg(test)]
+mod tests;

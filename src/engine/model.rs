@@ -1,0 +1,335 @@
+//! The engine's picture of one control plane: what the webhook, the prober and `check` all build,
+//! so that every entry point is judged by the same rules.
+//!
+//! Values here are plain data: no I/O, no clocks. Ages and "now" are passed in by the adapters.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// Annotation that asks KCP to remediate (replace) a Machine: the safe manual path.
+pub const ANNOTATION_REMEDIATE: &str = "cluster.x-k8s.io/remediate-machine";
+/// Annotation that makes KCP prefer a Machine when scaling down.
+pub const ANNOTATION_DELETE_MACHINE: &str = "cluster.x-k8s.io/delete-machine";
+/// Annotation clusterctl sets on objects it is moving to another management cluster.
+pub const ANNOTATION_DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
+/// quorumguard's break-glass annotation; its value must say why.
+pub const ANNOTATION_BREAK_GLASS: &str = "quorumguard.io/allow-unsafe-delete";
+/// Label every control-plane Machine carries.
+pub const LABEL_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
+/// Label naming the Cluster a Machine belongs to.
+pub const LABEL_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
+/// Label naming the KubeadmControlPlane a Machine belongs to.
+pub const LABEL_CONTROL_PLANE_NAME: &str = "cluster.x-k8s.io/control-plane-name";
+
+/// etcd's member ID. Shown in hex, as `etcdctl member list` prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MemberId(pub u64);
+
+impl fmt::Display for MemberId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:x}", self.0)
+    }
+}
+
+/// What a probe (or a dump) says of one member's health.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    Healthy,
+    /// The error text the probe saw, so a human can act on it.
+    Unhealthy(String),
+    /// Not probed, or the probe is too old to trust.
+    Unknown,
+}
+
+impl Health {
+    pub fn is_healthy(&self) -> bool {
+        matches!(self, Health::Healthy)
+    }
+}
+
+/// An etcd alarm raised on a member. NOSPACE and CORRUPT make a member unhealthy.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Alarm {
+    NoSpace,
+    Corrupt,
+    Other(String),
+}
+
+impl fmt::Display for Alarm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Alarm::NoSpace => f.write_str("NOSPACE"),
+            Alarm::Corrupt => f.write_str("CORRUPT"),
+            Alarm::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// One etcd member as the member list and per-endpoint status report it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub id: MemberId,
+    /// Empty while the member has been added but has not started: it votes already.
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub is_learner: bool,
+    pub health: Health,
+    pub is_leader: bool,
+    pub version: Option<String>,
+    pub db_size: Option<u64>,
+    pub raft_term: Option<u64>,
+    pub raft_index: Option<u64>,
+    pub alarms: Vec<Alarm>,
+}
+
+impl Member {
+    /// A member with only its identity known; health unknown until a probe says otherwise.
+    pub fn new(id: u64, name: impl Into<String>) -> Self {
+        Member {
+            id: MemberId(id),
+            name: name.into(),
+            peer_urls: Vec::new(),
+            client_urls: Vec::new(),
+            is_learner: false,
+            health: Health::Unknown,
+            is_leader: false,
+            version: None,
+            db_size: None,
+            raft_term: None,
+            raft_index: None,
+            alarms: Vec::new(),
+        }
+    }
+
+    /// Whether the member has been added but never started (etcd reports no name for it).
+    pub fn is_unstarted(&self) -> bool {
+        self.name.is_empty()
+    }
+
+    /// Health as the quorum rules must see it: an unstarted member cannot be healthy, and a
+    /// NOSPACE or CORRUPT alarm makes a member unfit whatever its endpoint answers.
+    pub fn effective_health(&self) -> Health {
+        if self.is_unstarted() {
+            return Health::Unhealthy("member added but not started".into());
+        }
+        if let Some(alarm) = self
+            .alarms
+            .iter()
+            .find(|a| matches!(a, Alarm::NoSpace | Alarm::Corrupt))
+        {
+            return Health::Unhealthy(format!("alarm {alarm}"));
+        }
+        self.health.clone()
+    }
+
+    /// The name used in messages: unstarted members have none, so use the ID.
+    pub fn display_name(&self) -> String {
+        if self.is_unstarted() {
+            format!("(unstarted {})", self.id)
+        } else {
+            self.name.clone()
+        }
+    }
+}
+
+/// Where the KCP's etcd lives. Only stacked members are ours to protect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EtcdTopology {
+    Stacked,
+    External,
+}
+
+/// The KubeadmControlPlane, reduced to what the rules read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kcp {
+    pub name: String,
+    pub namespace: String,
+    /// `spec.replicas`: what KCP converges to.
+    pub replicas: u32,
+    pub etcd: EtcdTopology,
+    /// `spec.rollout.strategy.rollingUpdate.maxSurge`: 1 adds before deleting, 0 deletes first.
+    pub max_surge: u32,
+    pub deleting: bool,
+    pub version: Option<String>,
+}
+
+/// The owning Cluster, reduced to what the rules read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cluster {
+    pub name: String,
+    pub deleting: bool,
+}
+
+/// A control-plane Machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Machine {
+    pub name: String,
+    /// `status.nodeRef.name`: by kubeadm convention also the etcd member name.
+    pub node_name: Option<String>,
+    pub deleting: bool,
+    /// Carries the `cluster.x-k8s.io/control-plane` label.
+    pub control_plane: bool,
+    pub annotations: BTreeMap<String, String>,
+    /// Creation time as Unix seconds.
+    pub created_unix: Option<i64>,
+}
+
+impl Machine {
+    /// A control-plane Machine with a node of the same name, not deleting, no annotations.
+    pub fn new(name: impl Into<String>) -> Self {
+        let name = name.into();
+        Machine {
+            node_name: Some(name.clone()),
+            name,
+            deleting: false,
+            control_plane: true,
+            annotations: BTreeMap::new(),
+            created_unix: None,
+        }
+    }
+
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key).map(String::as_str)
+    }
+}
+
+/// A member list with per-member health, as one probe sweep or one set of dumps saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdSnapshot {
+    pub members: Vec<Member>,
+    /// How old the probe is. `None` for offline dumps, which are taken as the present.
+    pub age: Option<Duration>,
+}
+
+/// What is known of the workload cluster's etcd.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EtcdState {
+    /// No member list: never probed, or the probe failed. The reason says which.
+    Unknown {
+        reason: String,
+    },
+    Observed(EtcdSnapshot),
+}
+
+/// One control plane: the objects of one KCP and its etcd, as every entry point builds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlPlane {
+    pub cluster: Cluster,
+    pub kcp: Kcp,
+    pub machines: Vec<Machine>,
+    pub etcd: EtcdState,
+}
+
+impl ControlPlane {
+    pub fn machine(&self, name: &str) -> Option<&Machine> {
+        self.machines.iter().find(|m| m.name == name)
+    }
+
+    /// The member that belongs to a Machine: member name == node name. A Machine whose nodeRef
+    /// is not set yet may already have a member (kubeadm joins etcd before CAPI records the
+    /// node); most providers name the node after the Machine, so fall back to the Machine name.
+    pub fn member_of(&self, machine: &Machine) -> Option<&Member> {
+        let name = machine.node_name.as_deref().unwrap_or(&machine.name);
+        self.members()
+            .iter()
+            .find(|m| !m.is_unstarted() && m.name == name)
+    }
+
+    /// The Machine a member belongs to, if any (the inverse of [`ControlPlane::member_of`]).
+    pub fn machine_of(&self, member: &Member) -> Option<&Machine> {
+        if member.is_unstarted() {
+            return None;
+        }
+        self.machines
+            .iter()
+            .find(|m| m.node_name.as_deref().unwrap_or(&m.name) == member.name)
+    }
+
+    /// The members, empty when etcd is unknown.
+    pub fn members(&self) -> &[Member] {
+        match &self.etcd {
+            EtcdState::Observed(s) => &s.members,
+            EtcdState::Unknown { .. } => &[],
+        }
+    }
+
+    /// `namespace/name` of the KCP, for messages.
+    pub fn kcp_ref(&self) -> String {
+        format!("{}/{}", self.kcp.namespace, self.kcp.name)
+    }
+}
+
+/// Who asks for an operation (admission `userInfo`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Requester {
+    pub username: String,
+    pub groups: Vec<String>,
+}
+
+impl Requester {
+    pub fn new(username: impl Into<String>) -> Self {
+        Requester {
+            username: username.into(),
+            groups: Vec::new(),
+        }
+    }
+}
+
+/// What to do when the health needed to prove an operation safe is unknown or stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnUnknownHealth {
+    Deny,
+    /// Allow with a warning: for controllers that run their own checks before removing a member.
+    Allow,
+}
+
+/// The default KCP controller service account.
+pub const DEFAULT_KCP_CONTROLLER: &str =
+    "system:serviceaccount:capi-kubeadm-control-plane-system:capi-kubeadm-control-plane-manager";
+
+/// Identities that tear whole clusters down and must never be blocked (domain.md).
+pub const DEFAULT_TEARDOWN: [&str; 3] = [
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+    "system:kube-controller-manager",
+    "system:serviceaccount:kube-system:namespace-controller",
+];
+
+/// Knobs of the rules, with defaults an operator would expect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Control-plane controllers: exempt from the desired-replicas rule, never from quorum.
+    pub controllers: Vec<String>,
+    /// Teardown identities: always allowed.
+    pub teardown: Vec<String>,
+    pub unknown_health_humans: OnUnknownHealth,
+    pub unknown_health_controllers: OnUnknownHealth,
+    /// A probe older than this is treated as unknown health.
+    pub max_health_age: Duration,
+    /// How long a new Machine may have a node but no etcd member before it counts as broken.
+    pub join_grace: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            controllers: vec![DEFAULT_KCP_CONTROLLER.to_string()],
+            teardown: DEFAULT_TEARDOWN.iter().map(|s| s.to_string()).collect(),
+            unknown_health_humans: OnUnknownHealth::Deny,
+            unknown_health_controllers: OnUnknownHealth::Allow,
+            max_health_age: Duration::from_secs(60),
+            join_grace: Duration::from_secs(600),
+        }
+    }
+}
+
+impl Policy {
+    pub fn is_controller(&self, r: &Requester) -> bool {
+        self.controllers.contains(&r.username)
+    }
+
+    pub fn is_teardown(&self, r: &Requester) -> bool {
+        self.teardown.contains(&r.username)
+    }
+}

@@ -1,0 +1,576 @@
+//! The exhaustive search: every control plane of 1 to 7 voting members and 0 to 2 learners,
+//! every health assignment, every single Machine deletion by a human and by the KCP controller,
+//! every replica change and the next action, checked against an oracle that enumerates removal
+//! subsets directly instead of reasoning about worst orders.
+//!
+//! Members with the same health and the same kind of Machine are interchangeable under every
+//! rule, so health assignments are enumerated as multisets of (health, machine) classes: every
+//! assignment up to renaming is visited once.
+
+use std::collections::BTreeMap;
+
+use super::kit::*;
+use crate::engine::decide::judge;
+use crate::engine::quorum::quorum;
+use crate::engine::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum H {
+    Up,
+    Down,
+    Unknown,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// A Machine that is not being deleted.
+    Active,
+    /// A Machine with a deletionTimestamp.
+    Deleting,
+    /// No Machine at all.
+    Orphan,
+}
+
+const HEALTHS: [H; 3] = [H::Up, H::Down, H::Unknown];
+const OWNERS: [Owner; 3] = [Owner::Active, Owner::Deleting, Owner::Orphan];
+
+/// Extra Machines that have no member.
+#[derive(Clone, Copy, Debug)]
+enum Extra {
+    None,
+    /// Has a node, its member is gone (cluster-api #2651), created long ago.
+    NodeNoMember,
+    /// No node yet, created long ago.
+    NeverJoined,
+}
+
+/// All multisets of `size` items over `classes` classes, as count vectors.
+fn multisets(classes: usize, size: usize) -> Vec<Vec<usize>> {
+    fn go(i: usize, left: usize, cur: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
+        if i + 1 == cur.len() {
+            cur[i] = left;
+            out.push(cur.clone());
+            return;
+        }
+        for n in 0..=left {
+            cur[i] = n;
+            go(i + 1, left - n, cur, out);
+        }
+    }
+    let mut out = Vec::new();
+    go(0, size, &mut vec![0; classes], &mut out);
+    out
+}
+
+/// A voting member of the enumerated state, as the oracle sees it.
+#[derive(Clone, Copy, Debug)]
+struct V {
+    h: H,
+    owner: Owner,
+}
+
+fn build(
+    voting: &[V],
+    learners: &[Owner],
+    extra: Extra,
+    replicas: u32,
+) -> (ControlPlane, BTreeMap<String, Option<V>>) {
+    let mut c = cp(replicas, &[]);
+    // machine name -> its voting member (None: learner or no member).
+    let mut by_machine = BTreeMap::new();
+    let mut id = 1;
+    for v in voting {
+        let name = format!("m{id}");
+        let health = match v.h {
+            H::Up => healthy(),
+            H::Down => down(),
+            H::Unknown => Health::Unknown,
+        };
+        add_member(&mut c, id, &name, health, false);
+        if v.owner != Owner::Orphan {
+            let i = add_machine(&mut c, &name);
+            c.machines[i].deleting = v.owner == Owner::Deleting;
+            by_machine.insert(name, Some(*v));
+        }
+        id += 1;
+    }
+    for owner in learners {
+        let name = format!("l{id}");
+        add_member(&mut c, id, &name, healthy(), true);
+        if *owner != Owner::Orphan {
+            let i = add_machine(&mut c, &name);
+            c.machines[i].deleting = *owner == Owner::Deleting;
+            by_machine.insert(name, None);
+        }
+        id += 1;
+    }
+    match extra {
+        Extra::None => {}
+        Extra::NodeNoMember => {
+            add_machine(&mut c, "x-old");
+            by_machine.insert("x-old".into(), None);
+        }
+        Extra::NeverJoined => {
+            let i = add_machine(&mut c, "x-new");
+            c.machines[i].node_name = None;
+            by_machine.insert("x-new".into(), None);
+        }
+    }
+    for m in &mut c.machines {
+        m.created_unix = Some(NOW - 86_400);
+    }
+    (c, by_machine)
+}
+
+/// Health counts (up, down, unknown).
+type Counts = [usize; 3];
+
+fn counts<'a>(vs: impl Iterator<Item = &'a V>) -> Counts {
+    let mut c = [0; 3];
+    for v in vs {
+        c[v.h as usize] += 1;
+    }
+    c
+}
+
+/// Every sub-multiset of `of`, by counts.
+fn subsets(of: Counts) -> impl Iterator<Item = Counts> {
+    (0..=of[0])
+        .flat_map(move |a| (0..=of[1]).flat_map(move |b| (0..=of[2]).map(move |c| [a, b, c])))
+}
+
+/// Whether removing exactly the members counted in `set` leaves too few healthy members for a
+/// quorum of those left (removing every member always fails). `optimistic` counts unknown
+/// members as healthy, else as unhealthy.
+fn fails(all: Counts, set: Counts, optimistic: bool) -> bool {
+    let voting: usize = all.iter().sum();
+    let n: usize = set.iter().sum();
+    let healthy = |c: Counts| c[0] + if optimistic { c[2] } else { 0 };
+    n >= voting || healthy(all) - healthy(set) < quorum(voting - n)
+}
+
+/// Oracle: removing the members counted in `r`, in any order, keeps quorum after every step:
+/// no subset of them (every prefix of every order is one) fails.
+fn removal_ok(all: Counts, r: Counts, optimistic: bool) -> bool {
+    subsets(r).all(|s| !fails(all, s, optimistic))
+}
+
+/// Oracle, in one world where every member's health is known (no unknown counts): removing
+/// `me` adds a way to lose quorum to the `pending` removals: a subset of them that fails
+/// together with `me` but not without it (the empty subset: `me` alone fails).
+fn new_risk(all: Counts, pending: Counts, me: Counts) -> bool {
+    subsets(pending).any(|s| {
+        let n: usize = s.iter().sum();
+        fails(all, add(s, me), false) && (n == 0 || !fails(all, s, false))
+    })
+}
+
+/// Every world the unknown members allow: each unknown member healthy or unhealthy, counted.
+fn worlds(all: Counts, pending: Counts, me: Counts) -> Vec<(Counts, Counts, Counts)> {
+    let others = all[2] - pending[2] - me[2];
+    let mut out = Vec::new();
+    for pu in 0..=pending[2] {
+        for ou in 0..=others {
+            for mu in 0..=me[2] {
+                let resolve = |c: Counts, up: usize| [c[0] + up, c[1] + c[2] - up, 0];
+                out.push((
+                    resolve(all, pu + ou + mu),
+                    resolve(pending, pu),
+                    resolve(me, mu),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// (in some world there is new risk, in some world there is none)
+fn risk_cases(all: Counts, pending: Counts, me: Counts) -> (bool, bool) {
+    let w = worlds(all, pending, me);
+    (
+        w.iter().any(|(a, p, m)| new_risk(*a, *p, *m)),
+        w.iter().any(|(a, p, m)| !new_risk(*a, *p, *m)),
+    )
+}
+
+fn add(a: Counts, b: Counts) -> Counts {
+    [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+}
+
+#[derive(Default)]
+struct Stats {
+    states: u64,
+    deletions: u64,
+    replica_changes: u64,
+    allowed: u64,
+    denied: u64,
+    quorate_unconverged: u64,
+    progress_by_deletion: u64,
+    progress_by_addition: u64,
+    progress_by_pending: u64,
+    progress_by_orphan: u64,
+    next_actions: BTreeMap<&'static str, u64>,
+}
+
+impl Stats {
+    fn merge(&mut self, o: Stats) {
+        self.states += o.states;
+        self.deletions += o.deletions;
+        self.replica_changes += o.replica_changes;
+        self.allowed += o.allowed;
+        self.denied += o.denied;
+        self.quorate_unconverged += o.quorate_unconverged;
+        self.progress_by_deletion += o.progress_by_deletion;
+        self.progress_by_addition += o.progress_by_addition;
+        self.progress_by_pending += o.progress_by_pending;
+        self.progress_by_orphan += o.progress_by_orphan;
+        for (k, v) in o.next_actions {
+            *self.next_actions.entry(k).or_default() += v;
+        }
+    }
+}
+
+/// Every state whose voting members are `voting`.
+fn check_voting(voting: &[V], st: &mut Stats) {
+    let policy = Policy::default();
+    let (hum, ctl) = (human(), kcp_controller());
+    for nl in 0..=2 {
+        for lm in multisets(OWNERS.len(), nl) {
+            let learners: Vec<Owner> = lm
+                .iter()
+                .zip(OWNERS)
+                .flat_map(|(k, o)| std::iter::repeat_n(o, *k))
+                .collect();
+            for extra in [Extra::None, Extra::NodeNoMember, Extra::NeverJoined] {
+                for replicas in [1, 3, 5, 7] {
+                    check_state(voting, &learners, extra, replicas, &policy, &hum, &ctl, st);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_control_plane_up_to_seven_members() {
+    let classes: Vec<(H, Owner)> = HEALTHS
+        .iter()
+        .flat_map(|h| OWNERS.iter().map(move |o| (*h, *o)))
+        .collect();
+    let all_voting: Vec<Vec<V>> = (1..=7)
+        .flat_map(|n| multisets(classes.len(), n))
+        .map(|vm| {
+            vm.iter()
+                .zip(&classes)
+                .flat_map(|(k, (h, owner))| {
+                    std::iter::repeat_n(
+                        V {
+                            h: *h,
+                            owner: *owner,
+                        },
+                        *k,
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    // Two threads: the machines this runs on have two cores.
+    let mut st = Stats::default();
+    let parts: Vec<Stats> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2)
+            .map(|t| {
+                let work = &all_voting;
+                scope.spawn(move || {
+                    let mut st = Stats::default();
+                    for voting in work.iter().skip(t).step_by(2) {
+                        check_voting(voting, &mut st);
+                    }
+                    st
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a search thread panicked"))
+            .collect()
+    });
+    for p in parts {
+        st.merge(p);
+    }
+    println!(
+        "exhaustive: {} control planes, {} machine deletions, {} replica changes ({} allowed, {} denied); {} quorate unconverged states, progress by deletion {}, by addition {}, by a pending deletion {}, by orphan removal {}; next actions {:?}",
+        st.states,
+        st.deletions,
+        st.replica_changes,
+        st.allowed,
+        st.denied,
+        st.quorate_unconverged,
+        st.progress_by_deletion,
+        st.progress_by_addition,
+        st.progress_by_pending,
+        st.progress_by_orphan,
+        st.next_actions
+    );
+    assert_eq!(st.states, 1_372_680, "the search space changed");
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_state(
+    voting: &[V],
+    learners: &[Owner],
+    extra: Extra,
+    replicas: u32,
+    policy: &Policy,
+    hum: &Requester,
+    ctl: &Requester,
+    st: &mut Stats,
+) {
+    let (c, by_machine) = build(voting, learners, extra, replicas);
+    st.states += 1;
+    let all = counts(voting.iter());
+    let pending = counts(voting.iter().filter(|v| v.owner == Owner::Deleting));
+    let v_count = voting.len();
+    let quorate = all[0] >= quorum(v_count);
+    let ctx = || {
+        format!("state voting={voting:?} learners={learners:?} extra={extra:?} replicas={replicas}")
+    };
+
+    // Every single deletion, by a human and by the controller.
+    let mut controller_can_delete = false;
+    for m in &c.machines {
+        for who in [hum, ctl] {
+            let j = judge(&c, &Operation::DeleteMachine(m.clone()), who, policy);
+            st.deletions += 1;
+            let member = by_machine[&m.name];
+            if j.allowed {
+                st.allowed += 1;
+                if std::ptr::eq(who, ctl) && !m.deleting {
+                    controller_can_delete = true;
+                }
+            } else {
+                st.denied += 1;
+            }
+            let me = member
+                .map(|v| counts(std::iter::once(&v)))
+                .unwrap_or([0; 3]);
+            match (j.allowed, j.reason) {
+                (true, Reason::AlreadyDeleting) => assert!(m.deleting, "{}", ctx()),
+                (true, Reason::MemberAbsent | Reason::LearnerMember) => {
+                    assert!(member.is_none(), "{} {}: {}", ctx(), m.name, j.message)
+                }
+                (true, Reason::QuorumSafe) => assert!(
+                    !risk_cases(all, pending_without(pending, m, member), me).0,
+                    "allowed an unsafe deletion of {}: {} {}",
+                    m.name,
+                    ctx(),
+                    j.message
+                ),
+                (true, Reason::HealthUnknown) => {
+                    assert!(std::ptr::eq(who, ctl), "{}", ctx());
+                    assert!(
+                        risk_cases(all, pending_without(pending, m, member), me).1,
+                        "{} {}",
+                        ctx(),
+                        j.message
+                    );
+                }
+                (true, other) => panic!("unexpected allow {other}: {}", ctx()),
+                (false, Reason::WouldLoseQuorum | Reason::LastMember) => {
+                    assert!(
+                        !removal_ok(all, me, true),
+                        "over-denied {}: {} {}",
+                        m.name,
+                        ctx(),
+                        j.message
+                    )
+                }
+                (false, Reason::QuorumLost) => {
+                    assert!(all[0] + all[2] < quorum(v_count), "{}", ctx())
+                }
+                (false, Reason::PendingDeletions) => {
+                    let p = pending_without(pending, m, member);
+                    assert!(!risk_cases(all, p, me).1, "{} {}", ctx(), j.message);
+                    assert!(p.iter().sum::<usize>() > 0, "{}", ctx());
+                }
+                (false, Reason::HealthUnknown) => {
+                    // Only humans are denied on unknown health by default, and only when the
+                    // answer truly depends on the unknown members.
+                    assert!(std::ptr::eq(who, hum), "{}", ctx());
+                    let (some_risk, some_safe) =
+                        risk_cases(all, pending_without(pending, m, member), me);
+                    assert!(some_risk && some_safe, "{} {}", ctx(), j.message);
+                }
+                (false, Reason::BelowDesiredReplicas) => {
+                    assert!(std::ptr::eq(who, hum), "{}", ctx());
+                    let left = c
+                        .machines
+                        .iter()
+                        .filter(|o| !o.deleting && o.name != m.name)
+                        .count();
+                    assert!(left < replicas as usize, "{}", ctx());
+                }
+                (false, other) => panic!("unexpected denial {other}: {}", ctx()),
+            }
+        }
+    }
+
+    // Every replica change.
+    let active: Vec<&str> = c
+        .machines
+        .iter()
+        .filter(|m| !m.deleting)
+        .map(|m| m.name.as_str())
+        .collect();
+    for to in [1u32, 3, 5, 7] {
+        if to == replicas {
+            continue;
+        }
+        let op = Operation::UpdateKcp {
+            replicas_from: replicas,
+            replicas_to: to,
+            starts_rollout: false,
+        };
+        let j = judge(&c, &op, hum, policy);
+        st.replica_changes += 1;
+        if j.allowed {
+            st.allowed += 1;
+        } else {
+            st.denied += 1;
+        }
+        match (j.allowed, j.reason) {
+            (true, Reason::ScaleDownSafe) => {
+                // Whichever k active Machines KCP picks, with the pending deletions, in any
+                // order: quorum holds, and the healthy left form a quorum of `to`.
+                let k = active.len().saturating_sub(to as usize);
+                let with_member: Vec<V> = active.iter().filter_map(|n| by_machine[*n]).collect();
+                let avail = counts(with_member.iter());
+                for pick in subsets(avail) {
+                    let picked: usize = pick.iter().sum();
+                    let others = active.len() - with_member.len();
+                    if picked > k || picked + others < k {
+                        continue;
+                    }
+                    let r = add(pick, pending);
+                    assert!(
+                        removal_ok(all, r, false),
+                        "scale {replicas}->{to}: {} {}",
+                        ctx(),
+                        j.message
+                    );
+                    assert!(
+                        all[0] - r[0] >= quorum(to as usize),
+                        "scale {replicas}->{to}: {}",
+                        ctx()
+                    );
+                }
+            }
+            (true, Reason::ScaleUpSafe) => assert!(all[0] >= quorum(v_count + 1), "{}", ctx()),
+            (true, Reason::SingleMemberScaleUp) => {
+                assert!(v_count == 1 && all[0] == 1, "{}", ctx())
+            }
+            (true, other) => panic!("unexpected allow {other} for scale: {}", ctx()),
+            (false, Reason::ScaleUpWouldLoseQuorum) => {
+                assert!(
+                    all[0] + all[2] < quorum(v_count + 1),
+                    "{} {}",
+                    ctx(),
+                    j.message
+                )
+            }
+            (false, Reason::QuorumLost) => assert!(all[0] + all[2] < quorum(v_count), "{}", ctx()),
+            (false, Reason::ScaleDownWouldLoseQuorum | Reason::HealthUnknown) => {}
+            (false, other) => panic!("unexpected denial {other} for scale: {}", ctx()),
+        }
+    }
+
+    // The next action never names what the rules deny.
+    let a = next_action(&c, policy, NOW);
+    *st.next_actions.entry(a.code.as_str()).or_default() += 1;
+    let target = a.target.as_deref();
+    match a.code {
+        ActionCode::DeleteMachine => {
+            let m = c.machine(target.expect("target")).expect("machine").clone();
+            assert!(
+                judge(&c, &Operation::DeleteMachine(m), hum, policy).allowed,
+                "{}",
+                ctx()
+            );
+        }
+        ActionCode::RemediateMachine => {
+            let m = c.machine(target.expect("target")).expect("machine").clone();
+            assert!(
+                judge(&c, &Operation::DeleteMachine(m), ctl, policy).allowed,
+                "{}",
+                ctx()
+            );
+        }
+        ActionCode::RemoveOrphanMember => {
+            let id: u64 = u64::from_str_radix(target.expect("target"), 16).expect("hex id");
+            let idx = id as usize - 1;
+            if idx < voting.len() {
+                assert!(
+                    removal_ok(all, counts(std::iter::once(&voting[idx])), false),
+                    "{}",
+                    ctx()
+                );
+            }
+        }
+        ActionCode::RestoreQuorum => assert!(all[0] + all[2] < quorum(v_count), "{}", ctx()),
+        ActionCode::None => assert!(
+            converged(voting, learners, extra, replicas),
+            "None for {}",
+            ctx()
+        ),
+        _ => {}
+    }
+    if all[0] + all[2] < quorum(v_count) {
+        assert_eq!(a.code, ActionCode::RestoreQuorum, "{}", ctx());
+    }
+
+    // The guard never deadlocks the control plane: with quorum and not converged, KCP can
+    // always do something.
+    if quorate && !converged(voting, learners, extra, replicas) {
+        st.quorate_unconverged += 1;
+        let addition = (v_count == 1 && all[0] == 1) || all[0] >= quorum(v_count + 1);
+        let pending_done = voting
+            .iter()
+            .filter(|v| v.owner == Owner::Deleting)
+            .any(|v| removal_ok(all, counts(std::iter::once(v)), false));
+        let orphan_done = voting
+            .iter()
+            .filter(|v| v.owner == Owner::Orphan)
+            .any(|v| removal_ok(all, counts(std::iter::once(v)), false))
+            || learners.contains(&Owner::Orphan);
+        if controller_can_delete {
+            st.progress_by_deletion += 1;
+        } else if addition {
+            st.progress_by_addition += 1;
+        } else if pending_done {
+            st.progress_by_pending += 1;
+        } else if orphan_done {
+            st.progress_by_orphan += 1;
+        } else {
+            panic!("deadlock: KCP can make no progress in {}", ctx());
+        }
+    }
+}
+
+fn pending_without(pending: Counts, m: &Machine, member: Option<V>) -> Counts {
+    // The target itself is counted once, as `me`.
+    match member {
+        Some(v) if m.deleting => {
+            let mut p = pending;
+            p[v.h as usize] -= 1;
+            p
+        }
+        _ => pending,
+    }
+}
+
+fn converged(voting: &[V], learners: &[Owner], extra: Extra, replicas: u32) -> bool {
+    learners.is_empty()
+        && matches!(extra, Extra::None)
+        && voting
+            .iter()
+            .all(|v| v.h == H::Up && v.owner == Owner::Active)
+        && voting.len() == replicas as usize
+}

@@ -1,0 +1,110 @@
+//! Builders that keep the engine tests short: a control plane from a line of members.
+
+use crate::engine::*;
+
+pub const NOW: i64 = 1_800_000_000;
+
+pub fn healthy() -> Health {
+    Health::Healthy
+}
+
+pub fn down() -> Health {
+    Health::Unhealthy("context deadline exceeded".into())
+}
+
+/// A KCP named `kcp` in namespace `ns` with `replicas` desired and one Machine + voting member
+/// per entry of `members`, named after the entry, with IDs 1, 2, ...
+pub fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
+    let mut c = ControlPlane {
+        cluster: Cluster {
+            name: "test".into(),
+            deleting: false,
+        },
+        kcp: Kcp {
+            name: "kcp".into(),
+            namespace: "ns".into(),
+            replicas,
+            etcd: EtcdTopology::Stacked,
+            max_surge: 1,
+            deleting: false,
+            version: Some("v1.32.0".into()),
+        },
+        machines: Vec::new(),
+        etcd: EtcdState::Observed(EtcdSnapshot {
+            members: Vec::new(),
+            age: None,
+        }),
+    };
+    for (i, (name, h)) in members.iter().enumerate() {
+        add_machine(&mut c, name);
+        add_member(&mut c, i as u64 + 1, name, h.clone(), false);
+    }
+    c
+}
+
+pub fn add_machine(c: &mut ControlPlane, name: &str) -> usize {
+    let mut m = Machine::new(name);
+    m.created_unix = Some(NOW - 3600 + c.machines.len() as i64);
+    c.machines.push(m);
+    c.machines.len() - 1
+}
+
+pub fn add_member(c: &mut ControlPlane, id: u64, name: &str, health: Health, learner: bool) {
+    let mut m = Member::new(id, name);
+    m.health = health;
+    m.is_learner = learner;
+    if let EtcdState::Observed(s) = &mut c.etcd {
+        s.members.push(m);
+    }
+}
+
+pub fn members_mut(c: &mut ControlPlane) -> &mut Vec<Member> {
+    match &mut c.etcd {
+        EtcdState::Observed(s) => &mut s.members,
+        EtcdState::Unknown { .. } => panic!("etcd unknown"),
+    }
+}
+
+pub fn machine_mut<'a>(c: &'a mut ControlPlane, name: &str) -> &'a mut Machine {
+    c.machines
+        .iter_mut()
+        .find(|m| m.name == name)
+        .expect("no such machine")
+}
+
+pub fn human() -> Requester {
+    Requester::new("jane@example.com")
+}
+
+pub fn kcp_controller() -> Requester {
+    Requester::new(DEFAULT_KCP_CONTROLLER)
+}
+
+pub fn delete(c: &ControlPlane, machine: &str, who: &Requester) -> Verdict {
+    let m = c.machine(machine).expect("no such machine").clone();
+    decide(
+        c,
+        &Operation::DeleteMachine(m),
+        who,
+        &Policy::default(),
+        NOW,
+    )
+}
+
+pub fn scale(c: &ControlPlane, to: u32) -> Verdict {
+    decide(
+        c,
+        &Operation::UpdateKcp {
+            replicas_from: c.kcp.replicas,
+            replicas_to: to,
+            starts_rollout: false,
+        },
+        &human(),
+        &Policy::default(),
+        NOW,
+    )
+}
+
+pub fn next(c: &ControlPlane) -> NextAction {
+    next_action(c, &Policy::default(), NOW)
+}

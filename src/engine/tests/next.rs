@@ -1,0 +1,137 @@
+//! The next safe action, one test per code.
+
+use std::time::Duration;
+
+use super::kit::*;
+use crate::engine::*;
+
+fn three_healthy() -> ControlPlane {
+    cp(3, &[("a", healthy()), ("b", healthy()), ("c", healthy())])
+}
+
+#[test]
+fn converged_is_none() {
+    let a = next(&three_healthy());
+    assert_eq!(a.code, ActionCode::None);
+    assert!(a.message.contains("fault tolerance 1"), "{}", a.message);
+}
+
+#[test]
+fn external_and_teardown() {
+    let mut c = three_healthy();
+    c.kcp.etcd = EtcdTopology::External;
+    assert_eq!(next(&c).code, ActionCode::None);
+    let mut c = three_healthy();
+    c.cluster.deleting = true;
+    assert_eq!(next(&c).code, ActionCode::WaitForTeardown);
+}
+
+#[test]
+fn unknown_etcd_and_stale_health() {
+    let mut c = three_healthy();
+    c.etcd = EtcdState::Unknown {
+        reason: "no probe yet".into(),
+    };
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::CheckEtcdHealth);
+    assert!(a.message.contains("no probe yet"));
+    let mut c = three_healthy();
+    if let EtcdState::Observed(s) = &mut c.etcd {
+        s.age = Some(Duration::from_secs(3600));
+    }
+    assert_eq!(next(&c).code, ActionCode::CheckEtcdHealth);
+}
+
+#[test]
+fn quorum_lost_is_restore() {
+    let c = cp(3, &[("a", healthy()), ("b", down()), ("c", down())]);
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::RestoreQuorum);
+    assert!(a.message.contains("1 healthy of 3"), "{}", a.message);
+}
+
+#[test]
+fn delete_machine_after_interrupted_step() {
+    let mut c = three_healthy();
+    add_machine(&mut c, "old");
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::DeleteMachine);
+    assert_eq!(a.target.as_deref(), Some("old"));
+    assert!(
+        a.message.contains("4 Machines for 3 replicas"),
+        "{}",
+        a.message
+    );
+}
+
+#[test]
+fn wait_for_deletion() {
+    let mut c = three_healthy();
+    machine_mut(&mut c, "a").deleting = true;
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::WaitForDeletion);
+    assert_eq!(a.target.as_deref(), Some("a"));
+    // Stuck: the deleting machine's member cannot leave while c is down.
+    let mut c = cp(3, &[("a", healthy()), ("b", healthy()), ("c", down())]);
+    machine_mut(&mut c, "a").deleting = true;
+    assert!(next(&c).message.contains("cannot leave safely"));
+}
+
+#[test]
+fn wait_for_join_and_learner() {
+    // A new machine with no member yet.
+    let mut c = three_healthy();
+    c.kcp.replicas = 4;
+    let i = add_machine(&mut c, "d");
+    c.machines[i].created_unix = Some(NOW - 30);
+    assert_eq!(next(&c).code, ActionCode::WaitForJoin);
+    // The same machine long after: it is broken and should be replaced.
+    c.machines[i].created_unix = Some(NOW - 7200);
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::RemediateMachine);
+    assert_eq!(a.target.as_deref(), Some("d"));
+    // An unstarted member.
+    let mut c = three_healthy();
+    add_member(&mut c, 99, "", Health::Unknown, false);
+    assert_eq!(next(&c).code, ActionCode::WaitForJoin);
+    // A learner.
+    let mut c = three_healthy();
+    add_machine(&mut c, "l");
+    add_member(&mut c, 9, "l", healthy(), true);
+    c.kcp.replicas = 4;
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::WaitForLearner);
+    assert_eq!(a.target.as_deref(), Some("9"));
+}
+
+#[test]
+fn orphan_member() {
+    let mut c = three_healthy();
+    add_member(&mut c, 0xdead, "gone", down(), false);
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::RemoveOrphanMember);
+    assert_eq!(a.command.as_deref(), Some("etcdctl member remove dead"));
+    // A healthy orphan whose removal would cost quorum is not named: 2 healthy + 1 down +
+    // healthy orphan: removing it leaves 2 healthy of 3, quorum 2: safe, so it is named.
+    let mut c = cp(3, &[("a", healthy()), ("b", healthy()), ("c", down())]);
+    add_member(&mut c, 0xbeef, "gone", healthy(), false);
+    assert_eq!(next(&c).code, ActionCode::RemoveOrphanMember);
+}
+
+#[test]
+fn remediate_unhealthy_member() {
+    let c = cp(3, &[("a", healthy()), ("b", healthy()), ("c", down())]);
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::RemediateMachine);
+    assert_eq!(
+        a.command.as_deref(),
+        Some("kubectl annotate machine -n ns c cluster.x-k8s.io/remediate-machine=\"\"")
+    );
+}
+
+#[test]
+fn scaling_is_wait_for_rollout() {
+    let mut c = three_healthy();
+    c.kcp.replicas = 5;
+    assert_eq!(next(&c).code, ActionCode::WaitForRollout);
+}

@@ -1,0 +1,5 @@
+//! quorumguard keeps etcd quorum safe on Cluster API KubeadmControlPlane clusters.
+//!
+//! The [`engine`] is a pure core; everything else adapts the outside world to it.
+
+pub mod engine;
