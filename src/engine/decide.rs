@@ -484,10 +484,14 @@ impl Judgement {
 }
 
 fn judge_desired_replicas(cp: &ControlPlane, m: &Machine) -> Option<Judgement> {
+    // A Machine whose node is up but whose member is gone (cluster-api #2651) is not a control
+    // plane KCP can count on: it does not make up for the one being deleted.
+    let observed = matches!(cp.etcd, EtcdState::Observed(_));
     let remaining = cp
         .machines
         .iter()
         .filter(|o| o.control_plane && !o.deleting && o.name != m.name)
+        .filter(|o| !(observed && o.node_name.is_some() && cp.member_of(o).is_none()))
         .count();
     let desired = cp.kcp.replicas as usize;
     if remaining >= desired {
@@ -502,7 +506,7 @@ fn judge_desired_replicas(cp: &ControlPlane, m: &Machine) -> Option<Judgement> {
     Some(Judgement::deny(
         Reason::BelowDesiredReplicas,
         format!(
-            "deleting Machine {}/{} would leave {remaining} control-plane Machines of KubeadmControlPlane {}, fewer than its spec.replicas {desired}; KCP would have to create a replacement while this deletion is still pending. To replace this Machine safely, annotate it and let KCP do it: `kubectl annotate machine -n {} {} {ANNOTATION_REMEDIATE}=\"\"`; to shrink the control plane, lower spec.replicas instead: `kubectl scale kcp -n {} {} --replicas={}`.",
+            "deleting Machine {}/{} would leave {remaining} working control-plane Machines (with an etcd member, or still joining) of KubeadmControlPlane {}, fewer than its spec.replicas {desired}; KCP would have to create a replacement while this deletion is still pending. To replace this Machine safely, annotate it and let KCP do it: `kubectl annotate machine -n {} {} {ANNOTATION_REMEDIATE}=\"\"`; to shrink the control plane, lower spec.replicas instead: `kubectl scale kcp -n {} {} --replicas={}`.",
             cp.kcp.namespace,
             m.name,
             cp.kcp_ref(),

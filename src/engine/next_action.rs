@@ -175,6 +175,30 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
             .is_some_and(|c| now_unix.saturating_sub(c) < policy.join_grace.as_secs() as i64)
     };
 
+    // Joining: an added member that has not started, or a young Machine without its member.
+    if let Some(u) = members.iter().find(|m| m.is_unstarted()) {
+        return NextAction::new(
+            ActionCode::WaitForJoin,
+            format!(
+                "etcd member {} of KubeadmControlPlane {kcp} has been added but has not started: wait for it to join",
+                u.id
+            ),
+        )
+        .with(u.id.to_string(), None);
+    }
+    if let Some(m) = active
+        .iter()
+        .find(|m| cp.member_of(m).is_none() && young(m))
+    {
+        return NextAction::new(
+            ActionCode::WaitForJoin,
+            format!(
+                "Machine {ns}/{} is new and has no etcd member yet: wait for it to join",
+                m.name
+            ),
+        )
+        .with(m.name.clone(), None);
+    }
     // cluster-api #2651: a Machine whose member is gone while there are more Machines than
     // replicas: the Machine is what is left of a scale-down or rollout step.
     if active.len() > desired {
@@ -218,30 +242,6 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         return NextAction::new(ActionCode::WaitForDeletion, msg).with(m.name.clone(), None);
     }
 
-    // Joining: an added member that has not started, or a young Machine without its member.
-    if let Some(u) = members.iter().find(|m| m.is_unstarted()) {
-        return NextAction::new(
-            ActionCode::WaitForJoin,
-            format!(
-                "etcd member {} of KubeadmControlPlane {kcp} has been added but has not started: wait for it to join",
-                u.id
-            ),
-        )
-        .with(u.id.to_string(), None);
-    }
-    if let Some(m) = active
-        .iter()
-        .find(|m| cp.member_of(m).is_none() && young(m))
-    {
-        return NextAction::new(
-            ActionCode::WaitForJoin,
-            format!(
-                "Machine {ns}/{} is new and has no etcd member yet: wait for it to join",
-                m.name
-            ),
-        )
-        .with(m.name.clone(), None);
-    }
     if let Some(l) = members.iter().find(|m| m.is_learner) {
         return NextAction::new(
             ActionCode::WaitForLearner,

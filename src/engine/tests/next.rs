@@ -94,6 +94,15 @@ fn wait_for_join_and_learner() {
     let mut c = three_healthy();
     add_member(&mut c, 99, "", Health::Unknown, false);
     assert_eq!(next(&c).code, ActionCode::WaitForJoin);
+    // A rollout step (maxSurge 1): a fourth, new Machine has its node but its member has not
+    // joined yet. It is not the #2651 leftover: never tell anyone to delete it.
+    let mut c = three_healthy();
+    let i = add_machine(&mut c, "new");
+    c.machines[i].created_unix = Some(NOW - 20);
+    assert_eq!(next(&c).code, ActionCode::WaitForJoin);
+    add_member(&mut c, 99, "", Health::Unknown, false);
+    c.machines[i].created_unix = Some(NOW - 7200);
+    assert_eq!(next(&c).code, ActionCode::WaitForJoin);
     // A learner.
     let mut c = three_healthy();
     add_machine(&mut c, "l");

@@ -355,7 +355,9 @@ fn health_unknown_policy() {
         members: c.members().to_vec(),
         age: Some(Duration::from_secs(600)),
     });
-    add_machine(&mut c, "d"); // four machines for three replicas: the replicas rule passes.
+    // Four machines and members for three replicas: the replicas rule passes.
+    add_machine(&mut c, "d");
+    add_member(&mut c, 4, "d", healthy(), false);
     let v = delete(&c, "a", &human());
     assert_verdict(&v, false, Reason::HealthUnknown);
     assert!(v.message.contains("cannot prove"), "{}", v.message);
@@ -384,7 +386,7 @@ fn health_unknown_policy() {
         3,
         &[("a", healthy()), ("b", healthy()), ("c", Health::Unknown)],
     );
-    add_machine(&mut c, "d");
+    c.kcp.replicas = 2; // so that the replicas rule passes and only quorum decides.
     assert_verdict(&delete(&c, "a", &human()), false, Reason::HealthUnknown);
     // Removing the unknown member itself is safe whatever it is.
     assert_verdict(&delete(&c, "c", &human()), true, Reason::QuorumSafe);
@@ -410,6 +412,15 @@ fn desired_replicas_rule() {
     let i = add_machine(&mut c, "new");
     c.machines[i].node_name = None;
     assert_verdict(&delete(&c, "new", &human()), true, Reason::MemberAbsent);
+    // The #2651 state: four machines, but the old one's member is gone, so it does not make up
+    // for a healthy one: a human deleting a healthy machine is denied, deleting the old one is
+    // the next action.
+    let mut c = three_healthy();
+    add_machine(&mut c, "old");
+    let v = delete(&c, "a", &human());
+    assert_verdict(&v, false, Reason::BelowDesiredReplicas);
+    assert!(v.message.contains("leave 2 working"), "{}", v.message);
+    assert_eq!(v.next_action.code, ActionCode::DeleteMachine);
     // Four machines for three replicas: a human may delete one.
     let mut c = three_healthy();
     add_machine(&mut c, "d");
