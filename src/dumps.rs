@@ -1,0 +1,571 @@
+//! The dumps a support engineer gets -> one [`ControlPlane`], so `quorumguard check` can judge
+//! a cluster it cannot reach with the same engine the webhook uses.
+//!
+//! Objects: what `kubectl get kubeadmcontrolplanes,machines,clusters -n NS -o yaml` prints (a
+//! `v1` `List`), multi-document YAML, or JSON (a List or single objects), in v1beta2 or
+//! v1beta1. etcd: the `etcdctl` outputs parsed in [`etcdctl`]. Dumps are taken as the present:
+//! the snapshot has no age.
+
+pub mod etcdctl;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::capi::{self, CapiCluster, CapiError, CapiKcp, CapiMachine};
+use crate::engine::{Cluster, ControlPlane, EtcdState, LABEL_CONTROL_PLANE};
+use etcdctl::EtcdctlError;
+
+/// The command whose output `--objects` expects, for messages.
+pub const KUBECTL_GET: &str =
+    "kubectl get kubeadmcontrolplanes,machines,clusters -n NAMESPACE -o yaml";
+
+/// Every message names the file and what is wrong with it.
+#[derive(Debug, Error)]
+pub enum DumpError {
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("{file}: not valid JSON: {source}")]
+    Json {
+        file: String,
+        source: serde_json::Error,
+    },
+    #[error("{file}: not valid YAML (document {doc}): {source}")]
+    Yaml {
+        file: String,
+        doc: usize,
+        source: serde_yaml::Error,
+    },
+    #[error(
+        "{file}: {what} is not a Kubernetes object ({problem}); expected the output of `{KUBECTL_GET}`"
+    )]
+    NotAnObject {
+        file: String,
+        what: String,
+        problem: String,
+    },
+    #[error("{file}: {source}")]
+    Object { file: String, source: CapiError },
+    #[error("{file}: {source}")]
+    Etcdctl { file: String, source: EtcdctlError },
+    #[error(
+        "{file}: no KubeadmControlPlane found (found {found}); expected the output of `{KUBECTL_GET}`"
+    )]
+    NoKcp { file: String, found: String },
+    #[error("{file}: no KubeadmControlPlane {name:?}; found: {choices}")]
+    KcpNotFound {
+        file: String,
+        name: String,
+        choices: String,
+    },
+    #[error("{file}: {count} KubeadmControlPlanes found ({choices}): choose one with --kcp NAME")]
+    AmbiguousKcp {
+        file: String,
+        count: usize,
+        choices: String,
+    },
+}
+
+/// The Cluster API objects of one dump, parsed; other kinds are named in `ignored`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Objects {
+    pub kcps: Vec<CapiKcp>,
+    pub machines: Vec<CapiMachine>,
+    pub clusters: Vec<CapiCluster>,
+    /// "Kind namespace/name" of objects that are not a KCP, Machine or Cluster.
+    pub ignored: Vec<String>,
+}
+
+impl Objects {
+    fn found(&self) -> String {
+        let mut parts = vec![
+            format!("{} Machines", self.machines.len()),
+            format!("{} Clusters", self.clusters.len()),
+        ];
+        if !self.ignored.is_empty() {
+            parts.push(format!("other objects: {}", self.ignored.join(", ")));
+        }
+        parts.join(", ")
+    }
+}
+
+/// Reads a file, naming it in the error.
+pub fn read(path: &Path) -> Result<String, DumpError> {
+    std::fs::read_to_string(path).map_err(|source| DumpError::Read {
+        file: path.display().to_string(),
+        source,
+    })
+}
+
+/// Parses a kubectl dump: JSON when it starts with `{` or `[`, otherwise (multi-document) YAML.
+/// `file` names the source in errors.
+pub fn parse_objects(text: &str, file: &str) -> Result<Objects, DumpError> {
+    let trimmed = text.trim_start_matches('\u{feff}').trim_start();
+    let docs: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        // A stream of JSON values (kubectl prints one per object with some flags).
+        serde_json::Deserializer::from_str(trimmed)
+            .into_iter::<Value>()
+            .collect::<Result<_, _>>()
+            .map_err(|source| DumpError::Json {
+                file: file.to_string(),
+                source,
+            })?
+    } else {
+        let mut docs = Vec::new();
+        for (i, doc) in serde_yaml::Deserializer::from_str(trimmed).enumerate() {
+            let v = Value::deserialize(doc).map_err(|source| DumpError::Yaml {
+                file: file.to_string(),
+                doc: i + 1,
+                source,
+            })?;
+            docs.push(v);
+        }
+        docs
+    };
+    let mut objects = Objects::default();
+    for (d, doc) in docs.iter().enumerate() {
+        let what = if docs.len() > 1 {
+            format!("document {}", d + 1)
+        } else {
+            "the document".to_string()
+        };
+        add_document(&mut objects, doc, &what, file)?;
+    }
+    Ok(objects)
+}
+
+fn add_document(
+    objects: &mut Objects,
+    doc: &Value,
+    what: &str,
+    file: &str,
+) -> Result<(), DumpError> {
+    let items: Vec<(String, &Value)> = match doc {
+        // An empty YAML document (a trailing `---`).
+        Value::Null => return Ok(()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (format!("item {} of {what}", i + 1), v))
+            .collect(),
+        Value::Object(map) => {
+            let is_list = map
+                .get("kind")
+                .and_then(Value::as_str)
+                .is_some_and(|k| k.ends_with("List"));
+            match map.get("items") {
+                Some(Value::Array(items)) if is_list => items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (format!("item {} of {what}", i + 1), v))
+                    .collect(),
+                Some(Value::Null) if is_list => return Ok(()),
+                _ => vec![(what.to_string(), doc)],
+            }
+        }
+        other => {
+            return Err(DumpError::NotAnObject {
+                file: file.to_string(),
+                what: what.to_string(),
+                problem: format!("found {}", short(other)),
+            });
+        }
+    };
+    for (what, item) in items {
+        add_object(objects, item, &what, file)?;
+    }
+    Ok(())
+}
+
+fn add_object(objects: &mut Objects, v: &Value, what: &str, file: &str) -> Result<(), DumpError> {
+    let object_err = |source| DumpError::Object {
+        file: file.to_string(),
+        source,
+    };
+    if capi::type_of(v).is_none() {
+        return Err(DumpError::NotAnObject {
+            file: file.to_string(),
+            what: what.to_string(),
+            problem: if v.is_object() {
+                "no apiVersion or kind".to_string()
+            } else {
+                format!("found {}", short(v))
+            },
+        });
+    }
+    if capi::is_kcp(v) {
+        objects.kcps.push(capi::parse_kcp(v).map_err(object_err)?);
+    } else if capi::is_machine(v) {
+        objects
+            .machines
+            .push(capi::parse_machine(v).map_err(object_err)?);
+    } else if capi::is_cluster(v) {
+        objects
+            .clusters
+            .push(capi::parse_cluster(v).map_err(object_err)?);
+    } else {
+        objects.ignored.push(capi::describe(v));
+    }
+    Ok(())
+}
+
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 60 {
+        format!("{}...", s.chars().take(60).collect::<String>())
+    } else {
+        s
+    }
+}
+
+/// Picks the KCP: the one named by `--kcp` (NAME or NAMESPACE/NAME), or the only one.
+pub fn select_kcp<'a>(
+    objects: &'a Objects,
+    name: Option<&str>,
+    file: &str,
+) -> Result<&'a CapiKcp, DumpError> {
+    let choices = || {
+        objects
+            .kcps
+            .iter()
+            .map(|k| format!("{}/{}", k.object.namespace, k.object.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if objects.kcps.is_empty() {
+        return Err(DumpError::NoKcp {
+            file: file.to_string(),
+            found: objects.found(),
+        });
+    }
+    let candidates: Vec<&CapiKcp> = match name {
+        None => objects.kcps.iter().collect(),
+        Some(n) => {
+            let (ns, n) = match n.split_once('/') {
+                Some((ns, n)) => (Some(ns), n),
+                None => (None, n),
+            };
+            let found: Vec<&CapiKcp> = objects
+                .kcps
+                .iter()
+                .filter(|k| k.object.name == n && ns.is_none_or(|ns| k.object.namespace == ns))
+                .collect();
+            if found.is_empty() {
+                return Err(DumpError::KcpNotFound {
+                    file: file.to_string(),
+                    name: name.unwrap_or_default().to_string(),
+                    choices: choices(),
+                });
+            }
+            found
+        }
+    };
+    match candidates.as_slice() {
+        [one] => Ok(one),
+        many => Err(DumpError::AmbiguousKcp {
+            file: file.to_string(),
+            count: many.len(),
+            choices: many
+                .iter()
+                .map(|k| format!("{}/{}", k.object.namespace, k.object.name))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+/// Assembles the control plane of `kcp`: its Machines (by the control-plane-name label or the
+/// controller ownerReference), its Cluster, and the etcd state. Returns warnings about what
+/// was left out or assumed.
+pub fn control_plane(
+    objects: &Objects,
+    kcp: &CapiKcp,
+    etcd: EtcdState,
+) -> (ControlPlane, Vec<String>) {
+    let mut warnings = Vec::new();
+    let ns = &kcp.object.namespace;
+    let mut seen = BTreeSet::new();
+    let mut machines = Vec::new();
+    for m in objects
+        .machines
+        .iter()
+        .filter(|m| &m.object.namespace == ns)
+    {
+        match m.control_plane_name.as_deref() {
+            Some(n) if n == kcp.object.name => {
+                if seen.insert(m.machine.name.clone()) {
+                    machines.push(m.machine.clone());
+                } else {
+                    warnings.push(format!(
+                        "{} appears more than once: the first one is used",
+                        m.object
+                    ));
+                }
+            }
+            None if m.machine.control_plane => warnings.push(format!(
+                "{} has the {LABEL_CONTROL_PLANE} label but names no KubeadmControlPlane: ignored",
+                m.object
+            )),
+            _ => {}
+        }
+    }
+    let cluster_name = kcp
+        .cluster_name
+        .clone()
+        .or_else(|| {
+            objects
+                .machines
+                .iter()
+                .filter(|m| &m.object.namespace == ns)
+                .filter(|m| m.control_plane_name.as_deref() == Some(&kcp.object.name))
+                .find_map(|m| m.cluster_name.clone())
+        })
+        .or_else(|| {
+            objects
+                .clusters
+                .iter()
+                .find(|c| {
+                    &c.object.namespace == ns
+                        && c.control_plane_name.as_deref() == Some(&kcp.object.name)
+                })
+                .map(|c| c.object.name.clone())
+        });
+    let cluster = match cluster_name {
+        Some(name) => match objects
+            .clusters
+            .iter()
+            .find(|c| &c.object.namespace == ns && c.object.name == name)
+        {
+            Some(c) => c.cluster.clone(),
+            None => {
+                warnings.push(format!(
+                    "no Cluster {ns}/{name} in the objects: assuming it is not being deleted"
+                ));
+                Cluster {
+                    name,
+                    deleting: false,
+                }
+            }
+        },
+        None => {
+            warnings.push(format!(
+                "{} names no Cluster (no {} label) and no Machine or Cluster points to one: assuming it is not being deleted",
+                kcp.object,
+                crate::engine::LABEL_CLUSTER_NAME
+            ));
+            Cluster {
+                name: "(unknown)".into(),
+                deleting: false,
+            }
+        }
+    };
+    (
+        ControlPlane {
+            cluster,
+            kcp: kcp.kcp.clone(),
+            machines,
+            etcd,
+        },
+        warnings,
+    )
+}
+
+/// The files of one `check`: objects and member list are required, the rest optional.
+#[derive(Clone, Copy, Debug)]
+pub struct DumpFiles<'a> {
+    pub objects: &'a Path,
+    pub member_list: &'a Path,
+    pub endpoint_status: Option<&'a Path>,
+    pub endpoint_health: Option<&'a Path>,
+    pub alarms: Option<&'a Path>,
+    /// `--kcp`: NAME or NAMESPACE/NAME.
+    pub kcp: Option<&'a str>,
+}
+
+/// Everything `check` needs from the dumps.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    pub control_plane: ControlPlane,
+    pub kcp: CapiKcp,
+    /// Input problems that did not stop the check (ignored entries, assumptions).
+    pub warnings: Vec<String>,
+}
+
+fn etcdctl_err(path: &Path) -> impl FnOnce(EtcdctlError) -> DumpError + '_ {
+    move |source| DumpError::Etcdctl {
+        file: path.display().to_string(),
+        source,
+    }
+}
+
+/// Reads and combines the dump files into one control plane.
+pub fn load(files: &DumpFiles) -> Result<Loaded, DumpError> {
+    let (objects, member_list) = (files.objects, files.member_list);
+    let objects_file = objects.display().to_string();
+    let objs = parse_objects(&read(objects)?, &objects_file)?;
+    let kcp = select_kcp(&objs, files.kcp, &objects_file)?.clone();
+    let members =
+        etcdctl::parse_member_list(&read(member_list)?).map_err(etcdctl_err(member_list))?;
+    let status = match files.endpoint_status {
+        Some(p) => Some(etcdctl::parse_endpoint_status(&read(p)?).map_err(etcdctl_err(p))?),
+        None => None,
+    };
+    let health = match files.endpoint_health {
+        Some(p) => Some(etcdctl::parse_endpoint_health(&read(p)?).map_err(etcdctl_err(p))?),
+        None => None,
+    };
+    let alarms = match files.alarms {
+        Some(p) => etcdctl::parse_alarm_list(&read(p)?).map_err(etcdctl_err(p))?,
+        None => Vec::new(),
+    };
+    let (snapshot, mut warnings) =
+        etcdctl::snapshot(members, status.as_deref(), health.as_deref(), &alarms);
+    let (control_plane, more) = control_plane(&objs, &kcp, EtcdState::Observed(snapshot));
+    warnings.extend(more);
+    if !objs.ignored.is_empty() {
+        warnings.push(format!(
+            "{objects_file}: ignored objects of other kinds: {}",
+            objs.ignored.join(", ")
+        ));
+    }
+    Ok(Loaded {
+        control_plane,
+        kcp,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn objects_fixture(name: &str) -> String {
+        let path = format!(
+            "{}/tests/fixtures/objects/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(&path).expect("fixture readable")
+    }
+
+    #[test]
+    fn kubectl_list_v1beta2() {
+        let o = parse_objects(&objects_fixture("healthy.yaml"), "healthy.yaml").unwrap();
+        assert_eq!(o.kcps.len(), 1);
+        assert_eq!(o.machines.len(), 3);
+        assert_eq!(o.clusters.len(), 1);
+        let k = select_kcp(&o, None, "f").unwrap();
+        let (cp, warnings) = control_plane(&o, k, EtcdState::Unknown { reason: "t".into() });
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cp.kcp.replicas, 3);
+        assert_eq!(cp.machines.len(), 3);
+        assert_eq!(cp.cluster.name, "demo");
+        assert!(cp.machines.iter().all(|m| {
+            m.node_name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("cp-node-"))
+        }));
+    }
+
+    #[test]
+    fn v1beta1_list_equals_v1beta2_list() {
+        let v2 = parse_objects(&objects_fixture("healthy.yaml"), "a").unwrap();
+        let v1 = parse_objects(&objects_fixture("healthy-v1beta1.yaml"), "b").unwrap();
+        let cp = |o: &Objects| {
+            control_plane(
+                o,
+                select_kcp(o, None, "f").unwrap(),
+                EtcdState::Unknown { reason: "t".into() },
+            )
+            .0
+        };
+        assert_eq!(cp(&v1), cp(&v2));
+    }
+
+    #[test]
+    fn multi_document_equals_list() {
+        let list = parse_objects(&objects_fixture("rollout.yaml"), "a").unwrap();
+        let multi = parse_objects(&objects_fixture("rollout-multidoc.yaml"), "b").unwrap();
+        assert_eq!(list.kcps, multi.kcps);
+        assert_eq!(list.machines, multi.machines);
+        assert_eq!(list.clusters, multi.clusters);
+        assert_eq!(list.machines.len(), 4);
+    }
+
+    #[test]
+    fn json_list_and_json_stream() {
+        let yaml: Value = serde_yaml::from_str(&objects_fixture("rollout.yaml")).unwrap();
+        let list = parse_objects(&yaml.to_string(), "x.json").unwrap();
+        assert_eq!(list.machines.len(), 4);
+        let items = yaml["items"].as_array().unwrap();
+        let stream: String = items.iter().map(|i| format!("{i}\n")).collect();
+        let s = parse_objects(&stream, "x.json").unwrap();
+        assert_eq!(s.machines, list.machines);
+        let single = parse_objects(&items[0].to_string(), "x.json").unwrap();
+        assert_eq!(
+            single.clusters.len() + single.kcps.len() + single.machines.len(),
+            1
+        );
+    }
+
+    #[test]
+    fn bad_inputs_name_the_file_and_the_problem() {
+        let e = parse_objects("kind: [unclosed", "bad.yaml").unwrap_err();
+        assert!(matches!(e, DumpError::Yaml { .. }), "{e}");
+        assert!(e.to_string().starts_with("bad.yaml: not valid YAML"), "{e}");
+        let e = parse_objects("{\"kind\": ", "bad.json").unwrap_err();
+        assert!(e.to_string().starts_with("bad.json: not valid JSON"), "{e}");
+        let e = parse_objects("just some words", "words.txt").unwrap_err();
+        assert!(matches!(e, DumpError::NotAnObject { .. }), "{e}");
+        let e = parse_objects(r#"{"header":{},"members":[]}"#, "ml.json").unwrap_err();
+        assert!(e.to_string().contains("no apiVersion or kind"), "{e}");
+        let o = parse_objects(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: n}\n",
+            "d.yaml",
+        )
+        .unwrap();
+        let e = select_kcp(&o, None, "d.yaml").unwrap_err();
+        assert!(matches!(e, DumpError::NoKcp { .. }), "{e}");
+        assert!(e.to_string().contains("Deployment n/d"), "{e}");
+        let e = parse_objects(
+            "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Machine\nmetadata: {name: m}\n",
+            "m.yaml",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "m.yaml: Machine ?/m: field metadata.namespace is missing"
+        );
+    }
+
+    #[test]
+    fn choosing_among_several_kcps() {
+        let mut text = objects_fixture("healthy.yaml");
+        text.push_str("\n---\n");
+        text.push_str(
+            &objects_fixture("healthy.yaml").replace("namespace: demo", "namespace: other"),
+        );
+        let o = parse_objects(&text, "two.yaml").unwrap();
+        let e = select_kcp(&o, None, "two.yaml").unwrap_err();
+        assert!(matches!(e, DumpError::AmbiguousKcp { count: 2, .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("demo/demo-control-plane, other/demo-control-plane"),
+            "{e}"
+        );
+        let e = select_kcp(&o, Some("demo-control-plane"), "two.yaml").unwrap_err();
+        assert!(matches!(e, DumpError::AmbiguousKcp { .. }), "{e}");
+        let k = select_kcp(&o, Some("other/demo-control-plane"), "two.yaml").unwrap();
+        assert_eq!(k.object.namespace, "other");
+        let e = select_kcp(&o, Some("nope"), "two.yaml").unwrap_err();
+        assert!(matches!(e, DumpError::KcpNotFound { .. }), "{e}");
+        let (cp, _) = control_plane(&o, k, EtcdState::Unknown { reason: "t".into() });
+        assert_eq!(cp.machines.len(), 3);
+        assert_eq!(cp.kcp.namespace, "other");
+    }
+}

@@ -1,0 +1,728 @@
+//! What `etcdctl` prints -> engine members.
+//!
+//! Shaped after real etcd 3.4.23 output (tests/fixtures/make-fixtures.sh), not after guesses:
+//! - `member list -w json`: `{"header":{...},"members":[{"ID":<u64>,"name",...}]}`; IDs are u64
+//!   numbers beyond 2^53 (read exactly, never through f64) or, with etcdctl 3.5 `--hex`, hex
+//!   strings. An unstarted member has no `name` and no `clientURLs`; `isLearner` only when true.
+//! - `endpoint status -w json`: `[{"Endpoint","Status":{"header":{"member_id"},"leader",...}}]`.
+//!   An endpoint that does not answer is left out (etcdctl prints the failure on stderr only);
+//!   `leader` is left out when there is none; `errors` lists the cluster's alarms
+//!   (`memberID:<id> alarm:NOSPACE `) on every member, and that member's own problems
+//!   (`etcdserver: no leader`).
+//! - `endpoint health -w json`: `[{"endpoint","health","took","error"}]`. A learner always
+//!   fails it ("rpc not supported for learner" shows as "context deadline exceeded").
+//! - `alarm list`: plain text lines `memberID:<decimal id> alarm:<TYPE>`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+use thiserror::Error;
+
+use crate::engine::{Alarm, EtcdSnapshot, Health, Member, MemberId};
+
+/// Problems with one etcdctl output; the caller adds the file name.
+#[derive(Debug, Error)]
+pub enum EtcdctlError {
+    #[error("not valid JSON: {0}")]
+    Json(serde_json::Error),
+    #[error("not the output of `{command}`: {source}")]
+    Shape {
+        command: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("the member list has no members")]
+    NoMembers,
+    #[error(
+        "line {line}: {problem} (expected `memberID:<id> alarm:<TYPE>` as `etcdctl alarm list` prints)"
+    )]
+    AlarmLine { line: usize, problem: String },
+}
+
+/// The command whose output each parser expects, for messages.
+pub const MEMBER_LIST: &str = "etcdctl member list -w json";
+pub const ENDPOINT_STATUS: &str = "etcdctl endpoint status --cluster -w json";
+pub const ENDPOINT_HEALTH: &str = "etcdctl endpoint health --cluster -w json";
+
+/// One entry of `endpoint status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointStatus {
+    pub endpoint: String,
+    pub member_id: Option<MemberId>,
+    /// `None` when the member knows no leader.
+    pub leader: Option<MemberId>,
+    pub version: Option<String>,
+    pub db_size: Option<u64>,
+    pub raft_term: Option<u64>,
+    pub raft_index: Option<u64>,
+    pub is_learner: bool,
+    pub errors: Vec<String>,
+}
+
+/// One entry of `endpoint health`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointHealth {
+    pub endpoint: String,
+    pub healthy: bool,
+    pub took: Option<String>,
+    pub error: Option<String>,
+}
+
+/// One alarm, from `alarm list` or from the `errors` of `endpoint status`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AlarmEntry {
+    pub member_id: MemberId,
+    pub alarm: Alarm,
+}
+
+#[derive(Deserialize)]
+struct MemberListJson {
+    members: Vec<MemberJson>,
+}
+
+#[derive(Deserialize)]
+struct MemberJson {
+    #[serde(rename = "ID", alias = "id", deserialize_with = "de_id")]
+    id: u64,
+    #[serde(default)]
+    name: String,
+    #[serde(default, rename = "peerURLs", alias = "peer_urls")]
+    peer_urls: Vec<String>,
+    #[serde(default, rename = "clientURLs", alias = "client_urls")]
+    client_urls: Vec<String>,
+    #[serde(default, rename = "isLearner", alias = "is_learner")]
+    is_learner: bool,
+}
+
+#[derive(Deserialize)]
+struct StatusEntryJson {
+    #[serde(rename = "Endpoint", alias = "endpoint")]
+    endpoint: String,
+    #[serde(rename = "Status", alias = "status")]
+    status: StatusJson,
+}
+
+#[derive(Deserialize)]
+struct StatusJson {
+    #[serde(default)]
+    header: Option<HeaderJson>,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default, rename = "dbSize", alias = "db_size")]
+    db_size: Option<u64>,
+    #[serde(default, deserialize_with = "de_opt_id")]
+    leader: Option<u64>,
+    #[serde(default, rename = "raftIndex", alias = "raft_index")]
+    raft_index: Option<u64>,
+    #[serde(default, rename = "raftTerm", alias = "raft_term")]
+    raft_term: Option<u64>,
+    #[serde(default, rename = "isLearner", alias = "is_learner")]
+    is_learner: bool,
+    #[serde(default)]
+    errors: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct HeaderJson {
+    #[serde(default, deserialize_with = "de_opt_id")]
+    member_id: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct HealthEntryJson {
+    endpoint: String,
+    health: bool,
+    #[serde(default)]
+    took: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// A member ID as etcdctl prints it: a JSON integer (exact u64) or a hex string.
+struct IdVisitor;
+
+impl Visitor<'_> for IdVisitor {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a member ID: an unsigned 64-bit integer or a hex string")
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+        Ok(v)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+        u64::try_from(v).map_err(|_| E::custom(format!("member ID {v} is negative")))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
+        Err(E::custom(format!(
+            "member ID {v} is not an exact unsigned 64-bit integer"
+        )))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+        parse_hex_id(v).ok_or_else(|| E::custom(format!("member ID {v:?} is not a hex number")))
+    }
+}
+
+fn de_id<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    d.deserialize_any(IdVisitor)
+}
+
+fn de_opt_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    struct Opt;
+    impl<'de> Visitor<'de> for Opt {
+        type Value = Option<u64>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a member ID or null")
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            de_id(d).map(Some)
+        }
+    }
+    d.deserialize_option(Opt)
+}
+
+/// A hex member ID as `etcdctl member list` (simple/table) and `--hex` print it.
+pub fn parse_hex_id(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let s = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
+    if s.is_empty() || s.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(s, 16).ok()
+}
+
+fn shape(command: &'static str, e: serde_json::Error) -> EtcdctlError {
+    if e.is_syntax() || e.is_eof() {
+        EtcdctlError::Json(e)
+    } else {
+        EtcdctlError::Shape { command, source: e }
+    }
+}
+
+/// Parses `etcdctl member list -w json`. Health is unknown until status or health says more.
+pub fn parse_member_list(text: &str) -> Result<Vec<Member>, EtcdctlError> {
+    let list: MemberListJson = serde_json::from_str(text).map_err(|e| shape(MEMBER_LIST, e))?;
+    if list.members.is_empty() {
+        return Err(EtcdctlError::NoMembers);
+    }
+    Ok(list
+        .members
+        .into_iter()
+        .map(|m| {
+            let mut member = Member::new(m.id, m.name);
+            member.peer_urls = m.peer_urls;
+            member.client_urls = m.client_urls;
+            member.is_learner = m.is_learner;
+            member
+        })
+        .collect())
+}
+
+/// Parses `etcdctl endpoint status -w json`.
+pub fn parse_endpoint_status(text: &str) -> Result<Vec<EndpointStatus>, EtcdctlError> {
+    let entries: Vec<StatusEntryJson> =
+        serde_json::from_str(text).map_err(|e| shape(ENDPOINT_STATUS, e))?;
+    Ok(entries
+        .into_iter()
+        .map(|e| EndpointStatus {
+            endpoint: e.endpoint,
+            member_id: e.status.header.and_then(|h| h.member_id).map(MemberId),
+            leader: e.status.leader.filter(|l| *l != 0).map(MemberId),
+            version: e.status.version.filter(|v| !v.is_empty()),
+            db_size: e.status.db_size,
+            raft_term: e.status.raft_term,
+            raft_index: e.status.raft_index,
+            is_learner: e.status.is_learner,
+            errors: e.status.errors,
+        })
+        .collect())
+}
+
+/// Parses `etcdctl endpoint health -w json`.
+pub fn parse_endpoint_health(text: &str) -> Result<Vec<EndpointHealth>, EtcdctlError> {
+    let entries: Vec<HealthEntryJson> =
+        serde_json::from_str(text).map_err(|e| shape(ENDPOINT_HEALTH, e))?;
+    Ok(entries
+        .into_iter()
+        .map(|e| EndpointHealth {
+            endpoint: e.endpoint,
+            healthy: e.health,
+            took: e.took,
+            error: e.error.filter(|s| !s.is_empty()),
+        })
+        .collect())
+}
+
+/// Parses one `memberID:<id> alarm:<TYPE>` (decimal ID as etcdctl prints it; hex accepted with
+/// 0x). `None` when the text has another shape.
+pub fn parse_alarm(text: &str) -> Option<Result<AlarmEntry, String>> {
+    let rest = text.trim().strip_prefix("memberID:")?;
+    let (id, alarm) = rest.split_once(char::is_whitespace)?;
+    let alarm = alarm.trim().strip_prefix("alarm:")?.trim();
+    let id = if id.starts_with("0x") || id.starts_with("0X") {
+        parse_hex_id(id)
+    } else {
+        id.parse::<u64>().ok()
+    };
+    let Some(id) = id else {
+        return Some(Err(format!("member ID {:?} is not a number", text.trim())));
+    };
+    let alarm = match alarm {
+        "NOSPACE" => Alarm::NoSpace,
+        "CORRUPT" => Alarm::Corrupt,
+        "" => return Some(Err("alarm type is empty".into())),
+        other => Alarm::Other(other.to_string()),
+    };
+    Some(Ok(AlarmEntry {
+        member_id: MemberId(id),
+        alarm,
+    }))
+}
+
+/// Parses `etcdctl alarm list` (empty output: no alarms).
+pub fn parse_alarm_list(text: &str) -> Result<Vec<AlarmEntry>, EtcdctlError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match parse_alarm(line) {
+            Some(Ok(a)) => out.push(a),
+            Some(Err(problem)) => {
+                return Err(EtcdctlError::AlarmLine {
+                    line: i + 1,
+                    problem,
+                });
+            }
+            None => {
+                return Err(EtcdctlError::AlarmLine {
+                    line: i + 1,
+                    problem: format!("unexpected text {:?}", line.trim()),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// host:port of an endpoint URL, the way member client URLs and endpoints are matched
+/// (scheme and a trailing slash ignored: `--endpoints` may be given without scheme).
+pub fn endpoint_key(url: &str) -> String {
+    let s = url.trim().trim_end_matches('/');
+    let s = s.split_once("://").map_or(s, |(_, rest)| rest);
+    s.to_ascii_lowercase()
+}
+
+/// What was observed of one member, before the rules of [`snapshot`] combine it.
+#[derive(Default)]
+struct Observed<'a> {
+    status: Option<&'a EndpointStatus>,
+    health: Option<&'a EndpointHealth>,
+}
+
+/// Combines the member list with what status, health and alarms say of each member.
+///
+/// Health of a member, in order:
+/// 1. `endpoint health` false -> unhealthy with its error, except for a learner whose status
+///    answered without errors (a learner refuses the linearizable read the health check does);
+/// 2. `endpoint status` with errors of its own (`etcdserver: no leader`) -> unhealthy;
+/// 3. `endpoint health` true -> healthy;
+/// 4. `endpoint status` answered, without errors and with a leader -> healthy (etcd's Status is
+///    a per-member health probe);
+/// 5. otherwise unknown.
+///
+/// Status entries are matched by the member ID they report (by endpoint when they report none),
+/// health entries by endpoint. Alarms named in status `errors` or in the alarm list are attached to the member they name
+/// (NOSPACE and CORRUPT make it unhealthy in the engine). Entries for endpoints or IDs not in
+/// the member list are ignored and reported in the returned warnings.
+pub fn snapshot(
+    mut members: Vec<Member>,
+    status: Option<&[EndpointStatus]>,
+    health: Option<&[EndpointHealth]>,
+    alarms: &[AlarmEntry],
+) -> (EtcdSnapshot, Vec<String>) {
+    let mut warnings = Vec::new();
+    let by_endpoint: BTreeMap<String, usize> = members
+        .iter()
+        .enumerate()
+        .flat_map(|(i, m)| m.client_urls.iter().map(move |u| (endpoint_key(u), i)))
+        .collect();
+    let index_of_id = |id: MemberId, members: &[Member]| members.iter().position(|m| m.id == id);
+    let mut observed: Vec<Observed> = members.iter().map(|_| Observed::default()).collect();
+    let mut all_alarms: Vec<AlarmEntry> = alarms.to_vec();
+
+    for s in status.unwrap_or_default() {
+        // The member ID the endpoint reports is the stronger key: a member removed and added
+        // again at the same URL has a new ID.
+        let idx = match s.member_id {
+            Some(id) => index_of_id(id, &members),
+            None => by_endpoint.get(&endpoint_key(&s.endpoint)).copied(),
+        };
+        match idx {
+            Some(i) => observed[i].status = Some(s),
+            None => warnings.push(format!(
+                "endpoint status for {}{} is not in the member list: ignored",
+                s.endpoint,
+                s.member_id
+                    .map(|id| format!(" (member {id})"))
+                    .unwrap_or_default()
+            )),
+        }
+        for e in &s.errors {
+            if let Some(Ok(a)) = parse_alarm(e) {
+                all_alarms.push(a);
+            }
+        }
+    }
+    for h in health.unwrap_or_default() {
+        match by_endpoint.get(&endpoint_key(&h.endpoint)) {
+            Some(&i) => observed[i].health = Some(h),
+            None => warnings.push(format!(
+                "endpoint health for {} is not in the member list: ignored",
+                h.endpoint
+            )),
+        }
+    }
+    all_alarms.sort();
+    all_alarms.dedup();
+    for a in &all_alarms {
+        match index_of_id(a.member_id, &members) {
+            Some(i) => members[i].alarms.push(a.alarm.clone()),
+            None => warnings.push(format!(
+                "alarm {} for member {} is not in the member list: ignored",
+                a.alarm, a.member_id
+            )),
+        }
+    }
+
+    for (m, o) in members.iter_mut().zip(&observed) {
+        if let Some(s) = o.status {
+            m.is_leader = s.leader == Some(m.id) && s.member_id.is_none_or(|id| id == m.id);
+            m.version = s.version.clone();
+            m.db_size = s.db_size;
+            m.raft_term = s.raft_term;
+            m.raft_index = s.raft_index;
+            m.is_learner |= s.is_learner;
+        }
+        m.health = member_health(m.is_learner, o);
+    }
+    if status.is_some() {
+        for (m, o) in members.iter().zip(&observed) {
+            if o.status.is_none() && !m.client_urls.is_empty() {
+                warnings.push(format!(
+                    "endpoint status has no entry for member {} ({}): its endpoint did not answer, or was not asked",
+                    m.display_name(),
+                    m.client_urls.join(",")
+                ));
+            }
+        }
+    }
+    (EtcdSnapshot { members, age: None }, warnings)
+}
+
+fn member_health(is_learner: bool, o: &Observed) -> Health {
+    let own_errors: Vec<&str> = o
+        .status
+        .map(|s| {
+            s.errors
+                .iter()
+                .filter(|e| parse_alarm(e).is_none())
+                .map(|e| e.trim())
+                .filter(|e| !e.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let status_ok = o
+        .status
+        .is_some_and(|s| own_errors.is_empty() && s.leader.is_some());
+    // A learner refuses the linearizable read of `endpoint health`: its status speaks for it.
+    let learner_answered = is_learner && status_ok;
+    if let Some(h) = o.health
+        && !h.healthy
+        && !learner_answered
+    {
+        let mut errors = vec![h.error.as_deref().unwrap_or("endpoint health: unhealthy")];
+        errors.extend(own_errors);
+        return Health::Unhealthy(errors.join("; "));
+    }
+    if !own_errors.is_empty() {
+        return Health::Unhealthy(own_errors.join("; "));
+    }
+    if o.health.is_some_and(|h| h.healthy) || status_ok {
+        return Health::Healthy;
+    }
+    Health::Unknown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(scenario: &str, file: &str) -> String {
+        let path = format!(
+            "{}/tests/fixtures/etcd/{scenario}/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(&path).expect("fixture readable")
+    }
+
+    /// The hex IDs `etcdctl member list -w simple` printed, by member name.
+    fn simple_ids(scenario: &str) -> Vec<(String, u64)> {
+        fixture(scenario, "member-list.txt")
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(", ").collect();
+                (f[2].to_string(), parse_hex_id(f[0]).expect("hex id"))
+            })
+            .collect()
+    }
+
+    fn load(scenario: &str, alarms: &[AlarmEntry]) -> (EtcdSnapshot, Vec<String>) {
+        let members = parse_member_list(&fixture(scenario, "member-list.json")).unwrap();
+        let status = parse_endpoint_status(&fixture(scenario, "endpoint-status.json")).unwrap();
+        let health = parse_endpoint_health(&fixture(scenario, "endpoint-health.json")).unwrap();
+        snapshot(members, Some(&status), Some(&health), alarms)
+    }
+
+    fn by_name<'a>(s: &'a EtcdSnapshot, name: &str) -> &'a Member {
+        s.members.iter().find(|m| m.name == name).expect("member")
+    }
+
+    #[test]
+    fn big_ids_are_exact() {
+        for scenario in [
+            "healthy",
+            "one-stopped",
+            "quorum-lost",
+            "learner-unstarted",
+            "learner",
+            "one-removed",
+            "nospace",
+        ] {
+            let members = parse_member_list(&fixture(scenario, "member-list.json")).unwrap();
+            let ids = simple_ids(scenario);
+            assert_eq!(members.len(), ids.len(), "{scenario}");
+            for (name, id) in ids {
+                let m = members
+                    .iter()
+                    .find(|m| m.name == name)
+                    .unwrap_or_else(|| panic!("{scenario}: {name:?} missing"));
+                assert_eq!(m.id, MemberId(id), "{scenario} {name}");
+            }
+        }
+        // The fixtures' IDs are beyond 2^53: an f64 detour would have changed them.
+        let members = parse_member_list(&fixture("healthy", "member-list.json")).unwrap();
+        assert!(members.iter().all(|m| m.id.0 > 1 << 53));
+        assert!(members.iter().any(|m| (m.id.0 as f64) as u64 != m.id.0));
+    }
+
+    #[test]
+    fn hex_string_ids_and_bad_ids() {
+        let m = parse_member_list(
+            r#"{"members":[{"ID":"b9fcd8adcfb8a4f1","name":"a","clientURLs":["https://x:1"]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(m[0].id, MemberId(0xb9fc_d8ad_cfb8_a4f1));
+        let e = parse_member_list(r#"{"members":[{"ID":1.5e19,"name":"a"}]}"#).unwrap_err();
+        assert!(e.to_string().contains("not an exact"), "{e}");
+        let e = parse_member_list(r#"{"members":[{"ID":"zz","name":"a"}]}"#).unwrap_err();
+        assert!(e.to_string().contains("not a hex number"), "{e}");
+        let e = parse_member_list(r#"{"members":[{"ID":-3,"name":"a"}]}"#).unwrap_err();
+        assert!(e.to_string().contains("negative"), "{e}");
+        assert!(matches!(
+            parse_member_list(r#"{"members":[]}"#),
+            Err(EtcdctlError::NoMembers)
+        ));
+        assert!(matches!(
+            parse_member_list("{not json"),
+            Err(EtcdctlError::Json(_))
+        ));
+        // An endpoint health output given as the member list.
+        let e = parse_member_list(&fixture("healthy", "endpoint-health.json")).unwrap_err();
+        assert!(e.to_string().contains(MEMBER_LIST), "{e}");
+    }
+
+    #[test]
+    fn healthy_cluster() {
+        let (s, warnings) = load("healthy", &[]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(s.age, None);
+        assert_eq!(s.members.len(), 3);
+        assert!(s.members.iter().all(|m| m.health == Health::Healthy));
+        assert_eq!(s.members.iter().filter(|m| m.is_leader).count(), 1);
+        let m = by_name(&s, "cp-node-1");
+        assert_eq!(m.version.as_deref(), Some("3.4.23"));
+        assert!(m.db_size.is_some_and(|d| d > 0));
+        assert!(m.raft_index.is_some_and(|i| i > 0));
+    }
+
+    #[test]
+    fn stopped_member_is_unhealthy_and_warned_about() {
+        let (s, warnings) = load("one-stopped", &[]);
+        assert_eq!(
+            by_name(&s, "cp-node-2").health,
+            Health::Unhealthy("context deadline exceeded".into())
+        );
+        assert!(by_name(&s, "cp-node-1").health.is_healthy());
+        assert!(by_name(&s, "cp-node-3").health.is_healthy());
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("cp-node-2"), "{warnings:?}");
+    }
+
+    #[test]
+    fn without_health_data_health_is_unknown() {
+        let members = parse_member_list(&fixture("healthy", "member-list.json")).unwrap();
+        let (s, warnings) = snapshot(members, None, None, &[]);
+        assert!(warnings.is_empty());
+        assert!(s.members.iter().all(|m| m.health == Health::Unknown));
+    }
+
+    #[test]
+    fn status_alone_gives_health() {
+        let members = parse_member_list(&fixture("one-stopped", "member-list.json")).unwrap();
+        let status =
+            parse_endpoint_status(&fixture("one-stopped", "endpoint-status.json")).unwrap();
+        let (s, _) = snapshot(members, Some(&status), None, &[]);
+        assert!(by_name(&s, "cp-node-1").health.is_healthy());
+        assert_eq!(by_name(&s, "cp-node-2").health, Health::Unknown);
+    }
+
+    #[test]
+    fn quorum_lost_survivor_has_no_leader() {
+        let (s, _) = load("quorum-lost", &[]);
+        assert!(s.members.iter().all(|m| !m.health.is_healthy()));
+        assert_eq!(
+            by_name(&s, "cp-node-1").health,
+            Health::Unhealthy("context deadline exceeded; etcdserver: no leader".into())
+        );
+        assert!(s.members.iter().all(|m| !m.is_leader));
+        let status =
+            parse_endpoint_status(&fixture("quorum-lost", "endpoint-status.json")).unwrap();
+        assert_eq!(status.len(), 1);
+        assert_eq!(status[0].leader, None);
+        assert_eq!(status[0].errors, vec!["etcdserver: no leader".to_string()]);
+    }
+
+    #[test]
+    fn unstarted_learner() {
+        let (s, warnings) = load("learner-unstarted", &[]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let u: Vec<&Member> = s.members.iter().filter(|m| m.is_unstarted()).collect();
+        assert_eq!(u.len(), 1);
+        assert!(u[0].is_learner);
+        assert!(u[0].client_urls.is_empty());
+        assert!(!u[0].peer_urls.is_empty());
+        assert!(!u[0].effective_health().is_healthy());
+    }
+
+    #[test]
+    fn started_learner_is_judged_by_its_status() {
+        let (s, warnings) = load("learner", &[]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let l = by_name(&s, "cp-node-4");
+        assert!(l.is_learner);
+        assert_eq!(l.health, Health::Healthy);
+        assert_eq!(s.members.iter().filter(|m| m.is_learner).count(), 1);
+    }
+
+    #[test]
+    fn nospace_alarm_is_attached_to_its_member_only() {
+        let alarms = parse_alarm_list(&fixture("nospace", "alarm-list.txt")).unwrap();
+        assert_eq!(alarms.len(), 1);
+        assert_eq!(alarms[0].alarm, Alarm::NoSpace);
+        let (s, warnings) = load("nospace", &alarms);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let with: Vec<&Member> = s.members.iter().filter(|m| !m.alarms.is_empty()).collect();
+        assert_eq!(with.len(), 1);
+        assert_eq!(with[0].id, alarms[0].member_id);
+        assert_eq!(with[0].alarms, vec![Alarm::NoSpace]);
+        // The status errors alone name the same alarm.
+        let (s2, _) = load("nospace", &[]);
+        assert_eq!(s2, s);
+        assert!(s.members.iter().all(|m| m.health.is_healthy()));
+        assert!(!with[0].effective_health().is_healthy());
+    }
+
+    #[test]
+    fn entries_for_unknown_endpoints_are_warned_and_ignored() {
+        // Health and status taken before cp-node-1 was removed, member list after.
+        let members = parse_member_list(&fixture("one-removed", "member-list.json")).unwrap();
+        let health = parse_endpoint_health(&fixture("learner", "endpoint-health.json")).unwrap();
+        let status = parse_endpoint_status(&fixture("learner", "endpoint-status.json")).unwrap();
+        let (s, warnings) = snapshot(members, Some(&status), Some(&health), &[]);
+        assert_eq!(s.members.len(), 3);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings
+                .iter()
+                .all(|w| w.contains("not in the member list"))
+        );
+    }
+
+    #[test]
+    fn status_is_matched_by_member_id_before_endpoint() {
+        let members = parse_member_list(&fixture("healthy", "member-list.json")).unwrap();
+        let mut status =
+            parse_endpoint_status(&fixture("healthy", "endpoint-status.json")).unwrap();
+        // A member re-added at the same URL reports a new ID: its status is not the old one's.
+        status[0].member_id = Some(MemberId(42));
+        let (s, warnings) = snapshot(members, Some(&status), None, &[]);
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("(member 2a) is not in the member list")),
+            "{warnings:?}"
+        );
+        assert_eq!(
+            s.members
+                .iter()
+                .filter(|m| m.health == Health::Unknown)
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn alarm_list_lines() {
+        assert!(parse_alarm_list("").unwrap().is_empty());
+        let a =
+            parse_alarm_list("memberID:10 alarm:CORRUPT\n\nmemberID:0x0b alarm:FOO \n").unwrap();
+        assert_eq!(
+            a,
+            vec![
+                AlarmEntry {
+                    member_id: MemberId(10),
+                    alarm: Alarm::Corrupt
+                },
+                AlarmEntry {
+                    member_id: MemberId(11),
+                    alarm: Alarm::Other("FOO".into())
+                }
+            ]
+        );
+        let e = parse_alarm_list("memberID:10 alarm:NOSPACE\nhello").unwrap_err();
+        assert!(e.to_string().starts_with("line 2:"), "{e}");
+        let e = parse_alarm_list("memberID:x alarm:NOSPACE").unwrap_err();
+        assert!(e.to_string().contains("not a number"), "{e}");
+    }
+
+    #[test]
+    fn endpoint_keys_ignore_scheme_and_slash() {
+        assert_eq!(endpoint_key("https://127.0.0.1:2379/"), "127.0.0.1:2379");
+        assert_eq!(endpoint_key("127.0.0.1:2379"), "127.0.0.1:2379");
+    }
+}

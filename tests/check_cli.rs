@@ -1,0 +1,813 @@
+//! `quorumguard check` end to end: the built binary on dumps from a real etcd 3.4 cluster
+//! (tests/fixtures/etcd, made by tests/fixtures/make-fixtures.sh) and hand-written kubectl dumps
+//! (tests/fixtures/objects) whose Node names are the etcd member names.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_quorumguard");
+const KCP: &str = "demo-control-plane";
+/// Machine -> Node (= etcd member) in the object fixtures.
+const M1: &str = "demo-control-plane-x7k2p"; // cp-node-1, the oldest
+const M2: &str = "demo-control-plane-m4q8z"; // cp-node-2, SIGSTOPped in one-stopped
+const M3: &str = "demo-control-plane-t9w3n"; // cp-node-3
+const M4: &str = "demo-control-plane-r2d5v"; // cp-node-4, the rollout's new Machine
+const ENV: [&str; 7] = [
+    "QUORUMGUARD_OBJECTS",
+    "QUORUMGUARD_MEMBER_LIST",
+    "QUORUMGUARD_ENDPOINT_STATUS",
+    "QUORUMGUARD_ENDPOINT_HEALTH",
+    "QUORUMGUARD_ALARMS",
+    "QUORUMGUARD_KCP",
+    "QUORUMGUARD_OUTPUT",
+];
+const SCENARIOS: [&str; 7] = [
+    "healthy",
+    "one-stopped",
+    "quorum-lost",
+    "learner-unstarted",
+    "learner",
+    "one-removed",
+    "nospace",
+];
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn objects(name: &str) -> String {
+    fixtures().join("objects").join(name).display().to_string()
+}
+
+fn etcd(scenario: &str, file: &str) -> String {
+    fixtures()
+        .join("etcd")
+        .join(scenario)
+        .join(file)
+        .display()
+        .to_string()
+}
+
+/// `--member-list`, `--endpoint-status`, `--endpoint-health` of one real-etcd scenario.
+fn etcd_args(scenario: &str) -> Vec<String> {
+    vec![
+        "--member-list".into(),
+        etcd(scenario, "member-list.json"),
+        "--endpoint-status".into(),
+        etcd(scenario, "endpoint-status.json"),
+        "--endpoint-health".into(),
+        etcd(scenario, "endpoint-health.json"),
+    ]
+}
+
+/// A scratch directory of its own for one test.
+fn scratch(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("check_cli")
+        .join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+    }
+}
+
+fn check<S: AsRef<str>>(args: &[S]) -> Run {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("check");
+    for a in args {
+        cmd.arg(a.as_ref());
+    }
+    for v in ENV {
+        cmd.env_remove(v);
+    }
+    let out = cmd.output().expect("quorumguard runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// check with objects + a scenario + extra args.
+fn check_with(objects_file: &str, scenario: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["--objects".to_string(), objects(objects_file)];
+    args.extend(etcd_args(scenario));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    check(&args)
+}
+
+fn delete(machine: &str) -> String {
+    format!("delete machine/{machine}")
+}
+
+fn member<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .find(|m| m["name"] == name)
+        .unwrap_or_else(|| panic!("member {name} missing: {report:#}"))
+}
+
+#[test]
+fn a_stuck_upgrade_2651_deleting_the_machine_whose_member_is_gone_is_allowed() {
+    let what_if = delete(M1);
+    let run = check_with(
+        "rollout.yaml",
+        "one-removed",
+        &["--what-if", &what_if, "-o", "json"],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let r = run.json();
+    assert_eq!(r["controlPlane"]["replicas"], 3);
+    assert_eq!(r["machines"].as_array().unwrap().len(), 4);
+    assert_eq!(r["members"].as_array().unwrap().len(), 3);
+    assert_eq!(r["machinesWithoutMember"], serde_json::json!([M1]));
+    let v = &r["verdicts"][0];
+    assert_eq!(v["whatIf"], what_if);
+    assert_eq!(v["allowed"], true);
+    assert_eq!(v["reason"], "MemberAbsent");
+    assert_eq!(r["nextAction"]["code"], "DeleteMachine");
+    assert_eq!(r["nextAction"]["target"], M1);
+    assert_eq!(
+        r["nextAction"]["command"],
+        format!("kubectl delete machine -n demo {M1}")
+    );
+}
+
+#[test]
+fn b_one_member_down_a_human_deleting_a_healthy_machine_is_denied() {
+    let what_if = delete(M1);
+    let run = check_with(
+        "healthy.yaml",
+        "one-stopped",
+        &["--what-if", &what_if, "-o", "json"],
+    );
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let r = run.json();
+    assert_eq!(member(&r, "cp-node-2")["health"], "Unhealthy");
+    assert_eq!(member(&r, "cp-node-1")["health"], "Healthy");
+    let v = &r["verdicts"][0];
+    assert_eq!(v["allowed"], false);
+    assert_eq!(v["reason"], "WouldLoseQuorum");
+    assert_eq!(v["as"], "kubernetes-admin");
+    assert!(
+        v["message"].as_str().unwrap().contains("cp-node-2"),
+        "{v:#}"
+    );
+    assert_eq!(r["nextAction"]["code"], "RemediateMachine");
+    assert_eq!(r["nextAction"]["target"], M2);
+    assert_eq!(r["quorum"]["voting"], 3);
+    assert_eq!(r["quorum"]["healthy"], 2);
+    assert_eq!(r["quorum"]["quorum"], 2);
+    assert_eq!(r["quorum"]["faultTolerance"], 0);
+}
+
+#[test]
+fn c_scaling_3_to_5_with_one_member_down_is_denied() {
+    let what_if = format!("scale kcp/{KCP} 5");
+    let run = check_with(
+        "healthy.yaml",
+        "one-stopped",
+        &["--what-if", &what_if, "-o", "json"],
+    );
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let v = &run.json()["verdicts"][0];
+    assert_eq!(v["whatIf"], what_if);
+    assert_eq!(v["allowed"], false);
+    assert_eq!(v["reason"], "ScaleUpWouldLoseQuorum");
+}
+
+#[test]
+fn scaling_3_to_5_when_healthy_is_allowed() {
+    let run = check_with(
+        "healthy.yaml",
+        "healthy",
+        &["--what-if", &format!("scale kcp/{KCP} 5"), "-o", "json"],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert_eq!(run.json()["verdicts"][0]["allowed"], true);
+}
+
+#[test]
+fn any_denied_what_if_makes_exit_1() {
+    let run = check_with(
+        "healthy.yaml",
+        "one-stopped",
+        &[
+            "--what-if",
+            &delete(M2),
+            "--what-if",
+            &delete(M1),
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let r = run.json();
+    // Each what-if is judged on its own against the dumped state.
+    assert_eq!(r["verdicts"][0]["whatIf"], delete(M2));
+    assert_eq!(r["verdicts"][1]["whatIf"], delete(M1));
+    assert_eq!(r["verdicts"][1]["allowed"], false);
+}
+
+#[test]
+fn json_output_shape() {
+    let run = check_with("healthy.yaml", "healthy", &["-o", "json"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.is_empty(), "{}", run.stderr);
+    let r = run.json();
+    assert_eq!(r["schema"], "quorumguard.io/check/v1");
+    for key in ["kcp", "cluster", "replicas", "version", "etcd", "maxSurge"] {
+        assert!(r["controlPlane"].get(key).is_some(), "controlPlane.{key}");
+    }
+    assert_eq!(r["controlPlane"]["kcp"], format!("demo/{KCP}"));
+    assert_eq!(r["controlPlane"]["etcd"], "Stacked");
+    let members = r["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3);
+    for m in members {
+        for key in [
+            "name",
+            "id",
+            "voting",
+            "learner",
+            "unstarted",
+            "health",
+            "error",
+            "leader",
+            "version",
+            "dbSize",
+            "raftTerm",
+            "raftIndex",
+            "alarms",
+            "clientUrls",
+            "machine",
+        ] {
+            assert!(m.get(key).is_some(), "members[].{key}: {m:#}");
+        }
+        assert_eq!(m["health"], "Healthy");
+        assert_eq!(m["version"], "3.4.23");
+        assert!(m["machine"].is_string());
+    }
+    assert_eq!(members.iter().filter(|m| m["leader"] == true).count(), 1);
+    for key in [
+        "voting",
+        "learners",
+        "healthy",
+        "unhealthy",
+        "unknown",
+        "quorum",
+        "faultTolerance",
+        "hasQuorum",
+    ] {
+        assert!(r["quorum"].get(key).is_some(), "quorum.{key}");
+    }
+    assert_eq!(r["quorum"]["faultTolerance"], 1);
+    assert_eq!(r["verdicts"], serde_json::json!([]));
+    assert_eq!(r["nextAction"]["code"], "None");
+    assert!(r["nextAction"]["message"].is_string());
+    assert_eq!(r["warnings"], serde_json::json!([]));
+
+    let run = check_with(
+        "healthy.yaml",
+        "healthy",
+        &["--what-if", &delete(M3), "-o", "json"],
+    );
+    let v = &run.json()["verdicts"][0];
+    for key in [
+        "whatIf", "as", "allowed", "reason", "message", "warnings", "figures",
+    ] {
+        assert!(v.get(key).is_some(), "verdicts[].{key}: {v:#}");
+    }
+    assert_eq!(v["reason"], "BelowDesiredReplicas");
+    assert_eq!(v["figures"]["votingAfter"], 2);
+}
+
+#[test]
+fn text_output_tells_the_story() {
+    let run = check_with("healthy.yaml", "one-stopped", &["--what-if", &delete(M1)]);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let out = &run.stdout;
+    for needle in [
+        "KubeadmControlPlane demo/demo-control-plane (Cluster demo): replicas 3",
+        "NAME",
+        "RAFT INDEX",
+        "unhealthy: context deadline exceeded",
+        "leader",
+        "Machines without an etcd member: none",
+        "Quorum: voting 3, healthy 2, quorum 2, fault tolerance 0",
+        "DENIED (WouldLoseQuorum)",
+        "Next action: RemediateMachine",
+        M2,
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+    }
+    // The stopped member's status is missing: said on stderr, not fatal.
+    assert!(
+        run.stderr
+            .contains("warning: endpoint status has no entry for member cp-node-2")
+    );
+    let hex = member_ids("one-stopped");
+    let row = out.lines().find(|l| l.starts_with("cp-node-1 ")).unwrap();
+    assert!(row.contains(&hex["cp-node-1"]), "{row}");
+    assert!(row.contains(M1), "{row}");
+
+    let run = check_with("rollout.yaml", "one-removed", &["--what-if", &delete(M1)]);
+    assert_eq!(run.code, 0);
+    assert!(
+        run.stdout.contains(&format!("  {M1} (node cp-node-1)")),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("ALLOWED (MemberAbsent)"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("Next action: DeleteMachine"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// name -> hex ID, as `etcdctl member list -w simple` printed it during the fixture run.
+fn member_ids(scenario: &str) -> std::collections::BTreeMap<String, String> {
+    std::fs::read_to_string(etcd(scenario, "member-list.txt"))
+        .expect("member-list.txt")
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(", ").collect();
+            (f[2].to_string(), f[0].to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn big_member_ids_are_exact() {
+    let objects_for = |s: &str| match s {
+        "healthy" | "one-stopped" | "quorum-lost" => "healthy.yaml",
+        _ => "rollout.yaml",
+    };
+    for scenario in SCENARIOS {
+        let run = check_with(objects_for(scenario), scenario, &["-o", "json"]);
+        assert_ne!(run.code, 2, "{scenario}: {}", run.stderr);
+        let r = run.json();
+        let expected = member_ids(scenario);
+        let members = r["members"].as_array().unwrap();
+        assert_eq!(members.len(), expected.len(), "{scenario}");
+        for m in members {
+            let name = m["name"].as_str().unwrap();
+            assert_eq!(
+                m["id"].as_str(),
+                Some(expected[name].as_str()),
+                "{scenario} {name:?}"
+            );
+            // Beyond 2^53: a float detour would have changed the low digits.
+            assert!(u64::from_str_radix(&expected[name], 16).unwrap() > 1 << 53);
+        }
+    }
+}
+
+#[test]
+fn v1beta1_objects_are_judged_like_v1beta2() {
+    let args = [
+        "--what-if",
+        &delete(M1),
+        "--what-if",
+        &format!("scale kcp/{KCP} 5"),
+        "-o",
+        "json",
+    ];
+    let v2 = check_with("healthy.yaml", "one-stopped", &args);
+    let v1 = check_with("healthy-v1beta1.yaml", "one-stopped", &args);
+    assert_eq!(v1.code, 1, "{}", v1.stderr);
+    assert_eq!(v1.stdout, v2.stdout);
+    assert_eq!(v1.json()["verdicts"][0]["reason"], "WouldLoseQuorum");
+}
+
+#[test]
+fn multi_document_and_json_objects_are_read_like_a_list() {
+    let args = ["--what-if", &delete(M1), "-o", "json"];
+    let list = check_with("rollout.yaml", "one-removed", &args);
+    let multi = check_with("rollout-multidoc.yaml", "one-removed", &args);
+    assert_eq!(multi.code, 0, "{}", multi.stderr);
+    assert_eq!(multi.stdout, list.stdout);
+
+    let dir = scratch("json_objects");
+    let yaml: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(objects("rollout.yaml")).unwrap()).unwrap();
+    let path = dir.join("objects.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&yaml).unwrap()).unwrap();
+    let mut a = vec!["--objects".to_string(), path.display().to_string()];
+    a.extend(etcd_args("one-removed"));
+    a.extend(args.iter().map(|s| s.to_string()));
+    let json = check(&a);
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    assert_eq!(json.stdout, list.stdout);
+}
+
+#[test]
+fn learner_does_not_vote_and_is_waited_for() {
+    let run = check_with(
+        "rollout.yaml",
+        "learner",
+        &["--what-if", &delete(M4), "-o", "json"],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let r = run.json();
+    let l = member(&r, "cp-node-4");
+    assert_eq!(l["learner"], true);
+    assert_eq!(l["voting"], false);
+    // etcdctl endpoint health always fails for a learner; its status answered.
+    assert_eq!(l["health"], "Healthy");
+    assert_eq!(l["machine"], M4);
+    assert_eq!(r["quorum"]["voting"], 3);
+    assert_eq!(r["quorum"]["learners"], 1);
+    assert_eq!(r["verdicts"][0]["reason"], "LearnerMember");
+    assert_eq!(r["nextAction"]["code"], "WaitForLearner");
+}
+
+#[test]
+fn unstarted_learner_has_no_name_and_no_machine() {
+    let run = check_with("rollout.yaml", "learner-unstarted", &["-o", "json"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let r = run.json();
+    let members = r["members"].as_array().unwrap();
+    let u: Vec<&Value> = members.iter().filter(|m| m["unstarted"] == true).collect();
+    assert_eq!(u.len(), 1, "{r:#}");
+    assert_eq!(u[0]["name"], "");
+    assert_eq!(u[0]["learner"], true);
+    assert_eq!(u[0]["health"], "Unhealthy");
+    assert_eq!(u[0]["machine"], Value::Null);
+    assert_eq!(u[0]["clientUrls"], serde_json::json!([]));
+    assert_eq!(r["quorum"]["voting"], 3);
+    assert_eq!(r["quorum"]["healthy"], 3);
+    let text = check_with("rollout.yaml", "learner-unstarted", &[]).stdout;
+    assert!(text.contains("(unstarted)"), "{text}");
+}
+
+#[test]
+fn quorum_lost_denies_and_asks_for_recovery() {
+    let run = check_with(
+        "healthy.yaml",
+        "quorum-lost",
+        &["--what-if", &delete(M3), "-o", "json"],
+    );
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let r = run.json();
+    assert_eq!(r["quorum"]["hasQuorum"], false);
+    assert_eq!(r["quorum"]["healthy"], 0);
+    assert_eq!(r["verdicts"][0]["reason"], "QuorumLost");
+    assert_eq!(r["nextAction"]["code"], "RestoreQuorum");
+    // The survivor's own status says why it is unhealthy although it runs.
+    let survivor = member(&r, "cp-node-1");
+    assert!(
+        survivor["error"]
+            .as_str()
+            .unwrap()
+            .contains("etcdserver: no leader")
+    );
+    assert_eq!(survivor["leader"], false);
+}
+
+#[test]
+fn nospace_alarm_makes_its_member_unhealthy() {
+    let alarms = etcd("nospace", "alarm-list.txt");
+    let run = check_with(
+        "rollout.yaml",
+        "nospace",
+        &["--alarms", &alarms, "-o", "json"],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let r = run.json();
+    let alarmed: Vec<&Value> = r["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["alarms"] == serde_json::json!(["NOSPACE"]))
+        .collect();
+    assert_eq!(alarmed.len(), 1, "{r:#}");
+    assert_eq!(alarmed[0]["health"], "Unhealthy");
+    assert_eq!(alarmed[0]["error"], "alarm NOSPACE");
+    assert_eq!(r["quorum"]["healthy"], 2);
+    // The alarm list names the member by decimal ID.
+    let text = std::fs::read_to_string(&alarms).unwrap();
+    let decimal: u64 = text
+        .trim()
+        .strip_prefix("memberID:")
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    assert_eq!(alarmed[0]["id"], format!("{decimal:x}"));
+}
+
+#[test]
+fn without_health_data_health_is_unknown_and_humans_are_denied() {
+    let run = check(&[
+        "--objects",
+        &objects("healthy.yaml"),
+        "--member-list",
+        &etcd("healthy", "member-list.json"),
+        "--what-if",
+        &delete(M1),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let r = run.json();
+    assert!(
+        r["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["health"] == "Unknown")
+    );
+    assert_eq!(r["verdicts"][0]["reason"], "HealthUnknown");
+}
+
+#[test]
+fn requester_is_taken_from_as() {
+    let run = check_with(
+        "healthy.yaml",
+        "one-stopped",
+        &[
+            "--as",
+            "system:serviceaccount:kube-system:generic-garbage-collector",
+            "--what-if",
+            &delete(M1),
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let v = &run.json()["verdicts"][0];
+    assert_eq!(v["reason"], "TeardownRequester");
+    assert_eq!(
+        v["as"],
+        "system:serviceaccount:kube-system:generic-garbage-collector"
+    );
+}
+
+#[test]
+fn endpoint_not_in_member_list_is_a_warning_not_an_error() {
+    // Status and health taken while cp-node-1 was still a member, member list after removal.
+    let run = check(&[
+        "--objects",
+        &objects("rollout.yaml"),
+        "--member-list",
+        &etcd("one-removed", "member-list.json"),
+        "--endpoint-status",
+        &etcd("learner", "endpoint-status.json"),
+        "--endpoint-health",
+        &etcd("learner", "endpoint-health.json"),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr
+            .contains("endpoint health for https://127.0.0.1:")
+            && run.stderr.contains("is not in the member list: ignored"),
+        "{}",
+        run.stderr
+    );
+    let r = run.json();
+    let warnings = r["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    assert_eq!(r["members"].as_array().unwrap().len(), 3);
+}
+
+fn assert_bad_input(run: &Run, needles: &[&str]) {
+    assert_eq!(
+        run.code, 2,
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    for n in needles {
+        assert!(run.stderr.contains(n), "missing {n:?} in:\n{}", run.stderr);
+    }
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+}
+
+#[test]
+fn missing_file_is_bad_input() {
+    let missing = fixtures()
+        .join("objects/no-such-file.yaml")
+        .display()
+        .to_string();
+    let mut args = vec!["--objects".to_string(), missing.clone()];
+    args.extend(etcd_args("healthy"));
+    assert_bad_input(&check(&args), &[&missing, "cannot read"]);
+
+    let missing = etcd("healthy", "no-such-member-list.json");
+    let run = check(&[
+        "--objects",
+        &objects("healthy.yaml"),
+        "--member-list",
+        &missing,
+    ]);
+    assert_bad_input(&run, &[&missing, "cannot read"]);
+}
+
+#[test]
+fn garbage_is_bad_input() {
+    let dir = scratch("garbage");
+    let yaml = dir.join("garbage.yaml");
+    std::fs::write(&yaml, "apiVersion: v1\nitems: [\n  - {kind: Machine,\n").unwrap();
+    let mut args = vec!["--objects".to_string(), yaml.display().to_string()];
+    args.extend(etcd_args("healthy"));
+    assert_bad_input(
+        &check(&args),
+        &[&yaml.display().to_string(), "not valid YAML"],
+    );
+
+    let json = dir.join("garbage.json");
+    std::fs::write(&json, "{\"members\": [").unwrap();
+    let run = check(&[
+        "--objects",
+        &objects("healthy.yaml"),
+        "--member-list",
+        &json.display().to_string(),
+    ]);
+    assert_bad_input(&run, &[&json.display().to_string(), "not valid JSON"]);
+
+    let alarms = dir.join("alarms.txt");
+    std::fs::write(&alarms, "memberID:1 alarm:NOSPACE\nsomething else\n").unwrap();
+    let mut args = vec!["--objects".to_string(), objects("healthy.yaml")];
+    args.extend(etcd_args("healthy"));
+    args.extend(["--alarms".to_string(), alarms.display().to_string()]);
+    assert_bad_input(&check(&args), &[&alarms.display().to_string(), "line 2"]);
+}
+
+#[test]
+fn wrong_kind_of_file_is_bad_input() {
+    // The member list given as the objects.
+    let mut args = vec!["--objects".to_string(), etcd("healthy", "member-list.json")];
+    args.extend(etcd_args("healthy"));
+    assert_bad_input(
+        &check(&args),
+        &["member-list.json", "not a Kubernetes object"],
+    );
+
+    // Objects without any KubeadmControlPlane.
+    let dir = scratch("wrong_kind");
+    let deploy = dir.join("deployment.yaml");
+    std::fs::write(
+        &deploy,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: demo\n",
+    )
+    .unwrap();
+    let mut args = vec!["--objects".to_string(), deploy.display().to_string()];
+    args.extend(etcd_args("healthy"));
+    assert_bad_input(
+        &check(&args),
+        &["no KubeadmControlPlane found", "Deployment demo/web"],
+    );
+
+    // The objects given as the member list; health given as status.
+    let run = check(&[
+        "--objects",
+        &objects("healthy.yaml"),
+        "--member-list",
+        &objects("healthy.yaml"),
+    ]);
+    assert_bad_input(&run, &["healthy.yaml", "not valid JSON"]);
+    let run = check(&[
+        "--objects",
+        &objects("healthy.yaml"),
+        "--member-list",
+        &etcd("healthy", "member-list.json"),
+        "--endpoint-status",
+        &etcd("healthy", "endpoint-health.json"),
+    ]);
+    assert_bad_input(
+        &run,
+        &[
+            "endpoint-health.json",
+            "not the output of `etcdctl endpoint status",
+        ],
+    );
+
+    // A Machine without its namespace.
+    let machine = dir.join("machine.yaml");
+    std::fs::write(
+        &machine,
+        "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Machine\nmetadata:\n  name: m\n",
+    )
+    .unwrap();
+    let mut args = vec!["--objects".to_string(), machine.display().to_string()];
+    args.extend(etcd_args("healthy"));
+    assert_bad_input(
+        &check(&args),
+        &["Machine ?/m: field metadata.namespace is missing"],
+    );
+}
+
+#[test]
+fn bad_what_ifs_are_bad_input() {
+    let run = check_with(
+        "healthy.yaml",
+        "healthy",
+        &["--what-if", "delete machine/nope"],
+    );
+    assert_bad_input(&run, &["no Machine \"nope\"", M1]);
+    let run = check_with(
+        "healthy.yaml",
+        "healthy",
+        &["--what-if", "scale kcp/other 5"],
+    );
+    assert_bad_input(&run, &["not \"other\""]);
+    let run = check_with(
+        "healthy.yaml",
+        "healthy",
+        &["--what-if", "reboot machine/x"],
+    );
+    assert_bad_input(
+        &run,
+        &["expected 'delete machine/NAME' or 'scale kcp/NAME N'"],
+    );
+    let run = check_with("healthy.yaml", "healthy", &["-o", "yaml"]);
+    assert_bad_input(&run, &["yaml"]);
+}
+
+#[test]
+fn several_kcps_need_kcp() {
+    let dir = scratch("several_kcps");
+    let healthy = std::fs::read_to_string(objects("healthy.yaml")).unwrap();
+    let path = dir.join("two.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "{healthy}\n---\n{}",
+            healthy.replace("namespace: demo", "namespace: other")
+        ),
+    )
+    .unwrap();
+    let mut args = vec!["--objects".to_string(), path.display().to_string()];
+    args.extend(etcd_args("healthy"));
+    assert_bad_input(
+        &check(&args),
+        &[
+            "2 KubeadmControlPlanes found",
+            "demo/demo-control-plane, other/demo-control-plane",
+            "--kcp",
+        ],
+    );
+    args.extend(["--kcp".to_string(), "other/demo-control-plane".to_string()]);
+    args.extend(["-o".to_string(), "json".to_string()]);
+    let run = check(&args);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.json()["controlPlane"]["kcp"],
+        "other/demo-control-plane"
+    );
+    let mut bad = args.clone();
+    bad.extend(["--kcp".to_string(), "nope".to_string()]);
+    let run = check(&bad);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+}
+
+#[test]
+fn readme_example_stuck_upgrade() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/stuck-upgrade");
+    let f = |n: &str| dir.join(n).display().to_string();
+    let run = check(&[
+        "--objects",
+        &f("objects.yaml"),
+        "--member-list",
+        &f("member-list.json"),
+        "--endpoint-status",
+        &f("endpoint-status.json"),
+        "--endpoint-health",
+        &f("endpoint-health.json"),
+        "--what-if",
+        &delete(M1),
+    ]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("ALLOWED (MemberAbsent)"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("Next action: DeleteMachine"),
+        "{}",
+        run.stdout
+    );
+}
