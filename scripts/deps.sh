@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what quorumguard's build and tests need from Debian, when missing:
+#   etcd-server (etcd 3.4, real etcd for tests), etcd-client (etcdctl), protobuf-compiler
+#   (protoc, which the etcd-client crate runs at build time).
+# Sourced by scripts/try.sh, scripts/test.sh and .ci/run.
+set -euo pipefail
+
+qg_install_deps() {
+  local missing=()
+  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+  command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+  command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+  command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+  if [ ${#missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  echo "quorumguard: installing from Debian: ${missing[*]}" >&2
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+  fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+qg_install_deps
