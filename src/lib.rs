@@ -6,3 +6,5 @@ pub mod capi;
 pub mod cli;
 pub mod dumps;
 pub mod engine;
+pub mod telemetry;
+pub mod tls;
