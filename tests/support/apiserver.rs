@@ -1,0 +1,536 @@
+//! A **test double** for kube-apiserver: an in-memory server that speaks the Kubernetes REST
+//! protocol over plain HTTP on 127.0.0.1, so that a real `kube::Client` (its whole stack:
+//! request building, error decoding, watch streams, `kube::runtime::watcher`) can be tested
+//! without a cluster. It is not Kubernetes and proves nothing a real cluster would not.
+//!
+//! What it does:
+//! - Serves the resources in [`default_resources`] (Cluster, Machine, KubeadmControlPlane as
+//!   CRDs with the status subresource, KCP also with `/scale`; Secret, ConfigMap, core and
+//!   events.k8s.io Events, Lease as built-ins), or any list given to [`ApiServer::start_with`].
+//! - Discovery: `/version`, `/api`, `/apis`, `/apis/{group}`, `/api/v1`, `/apis/{group}/{version}`,
+//!   in the legacy form and the aggregated (apidiscovery.k8s.io/v2) form.
+//! - get, list (`labelSelector` with `=`, `==`, `!=`, `in`, `notin`, exists, `!exists`;
+//!   `fieldSelector` on `metadata.name`/`metadata.namespace`; `limit`/`continue`), watch
+//!   (ADDED/MODIFIED/DELETED/BOOKMARK/ERROR, replay after a `resourceVersion`, `sendInitialEvents`,
+//!   `allowWatchBookmarks`, `timeoutSeconds`; a too old `resourceVersion` answers 200 and one
+//!   ERROR event with a 410 Expired Status, as the watch cache does), create (`generateName`,
+//!   409 AlreadyExists), update (409 Conflict on a stale `resourceVersion`), patch (merge and
+//!   JSON patch; strategic merge refused with 415 for CRDs), delete (deletionTimestamp while
+//!   finalizers remain, removal when the last one goes; `preconditions`), deletecollection,
+//!   `dryRun=All`, the `/scale` subresource (autoscaling/v1 Scale), metadata-only answers
+//!   (`Accept: …;as=PartialObjectMetadata[List]`). Status objects are shaped like the real
+//!   server's.
+//! - CRD status-subresource rules: creating drops `.status`; main-resource writes keep the
+//!   stored `.status` and bump `metadata.generation` when anything but metadata changes;
+//!   `/status` writes change only `.status` and leave generation alone; no-op writes get no new
+//!   resourceVersion and no event. One global resourceVersion counter for all objects.
+//! - Test hooks on [`ApiServer`]: insert/modify/remove objects directly, read them, inject
+//!   failures and delays per verb and path, add latency, drop every open watch, count requests,
+//!   forget the watch history, and an admission hook called on CREATE, UPDATE and DELETE.
+//!
+//! What it does NOT do:
+//! - No authentication or authorization: every request is allowed; the user is the
+//!   `Impersonate-User` header when given, else `system:anonymous`. No TLS.
+//! - No admission chain beyond the one hook; no mutating admission; no webhooks are called.
+//! - No CRD schema: no validation, defaulting, pruning of unknown fields, or conversion
+//!   (one version per resource); no built-in type validation (Secret data, Event fields, ...).
+//! - No server-side apply (415), no strategic merge patch for lists or `$` directives (415),
+//!   no `managedFields`.
+//! - Field selectors only on `metadata.name` and `metadata.namespace`.
+//! - Reads always see the latest state: `resourceVersion` on get/list is not honoured beyond
+//!   refusing a future one (504) and an old `Exact` one (410); a `continue` token answers 410
+//!   once its resource changed instead of serving a snapshot.
+//! - No namespaces as objects (any namespace name works), no garbage collector (ownerReferences
+//!   and `propagationPolicy` are ignored), no graceful deletion periods, no create-on-update.
+//! - The watch history keeps the last 10,000 changes (or less after [`ApiServer::compact`]);
+//!   watch channels are unbounded (no slow-watcher eviction).
+//! - Request bodies are read as JSON whatever their Content-Type (except PATCH, which is
+//!   dispatched on it); unknown query parameters are ignored.
+//! - No protobuf, no table output, no server-side pagination limits, no rate limiting (unless
+//!   injected), no HTTP/2, no exec/attach/port-forward/logs.
+
+mod http;
+mod resources;
+mod rules;
+mod select;
+mod status;
+mod store;
+mod watch;
+mod writes;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+
+pub use resources::{ResourceDef, ScaleDef, default_resources};
+use rules::meta_str;
+use status::ApiError;
+use store::{Key, Store};
+
+/// The operation an admission hook is asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+}
+
+/// What an admission hook sees: like an AdmissionReview request.
+#[derive(Clone, Debug)]
+pub struct AdmissionAttempt {
+    pub operation: Operation,
+    pub group: String,
+    pub version: String,
+    /// The plural resource name, e.g. `machines`.
+    pub resource: String,
+    /// The kind of `object`: the resource's kind, or `Scale` for the `/scale` subresource.
+    pub kind: String,
+    pub sub_resource: Option<String>,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The object after the change (None for DELETE).
+    pub object: Option<Value>,
+    /// The object before the change (None for CREATE).
+    pub old_object: Option<Value>,
+    /// The `Impersonate-User` header, or `system:anonymous`.
+    pub user: String,
+    pub dry_run: bool,
+    /// The DeleteOptions body of a DELETE.
+    pub options: Option<Value>,
+}
+
+/// An admission hook's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdmissionVerdict {
+    Allow,
+    /// Refuse: answered like a webhook denial (`admission webhook "<hook>" denied the request:
+    /// <message>`), with `code` (403 when below 400) and `reason` (may be empty).
+    Deny {
+        code: u16,
+        reason: String,
+        message: String,
+    },
+}
+
+impl AdmissionVerdict {
+    pub fn deny(message: impl Into<String>) -> Self {
+        Self::Deny {
+            code: 403,
+            reason: String::new(),
+            message: message.into(),
+        }
+    }
+}
+
+type Hook = Arc<dyn Fn(AdmissionAttempt) -> BoxFuture<'static, AdmissionVerdict> + Send + Sync>;
+
+/// One request as received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// get, list, watch, create, update, patch, delete, deletecollection.
+    pub verb: String,
+    pub path: String,
+    pub query: String,
+}
+
+#[derive(Clone, Debug)]
+enum FaultAction {
+    Fail(u16),
+    Delay(Duration),
+}
+
+#[derive(Clone, Debug)]
+struct Fault {
+    verb: Option<String>,
+    path: String,
+    remaining: usize,
+    action: FaultAction,
+}
+
+impl Fault {
+    fn matches(&self, verb: &str, path: &str) -> bool {
+        let path_ok = match self.path.strip_suffix('*') {
+            Some(prefix) => path.starts_with(prefix),
+            None => self.path == path,
+        };
+        path_ok && self.verb.as_deref().is_none_or(|v| v == verb)
+    }
+}
+
+/// State shared by the handle and the request handlers.
+struct Shared {
+    addr: SocketAddr,
+    store: Mutex<Store>,
+    faults: Mutex<Vec<Fault>>,
+    latency: Mutex<Duration>,
+    requests: Mutex<Vec<RequestRecord>>,
+    hook: Mutex<Option<(String, Hook)>>,
+    bookmark_every: Mutex<Duration>,
+    /// Bumped to make every open watch abort its connection.
+    kill: tokio::sync::watch::Sender<u64>,
+    open_watches: AtomicUsize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    fn store(&self) -> MutexGuard<'_, Store> {
+        lock(&self.store)
+    }
+
+    fn bookmark_every(&self) -> Duration {
+        *lock(&self.bookmark_every)
+    }
+
+    fn record(&self, verb: &str, path: &str, query: &str) {
+        let record = RequestRecord {
+            verb: verb.into(),
+            path: path.into(),
+            query: query.into(),
+        };
+        lock(&self.requests).push(record);
+    }
+
+    /// The delay to add to this request and the failure code to answer, if any; uses up one
+    /// count of every matching fault.
+    fn take_faults(&self, verb: &str, path: &str) -> (Duration, Option<u16>) {
+        let mut delay = *lock(&self.latency);
+        let mut fail = None;
+        let mut faults = lock(&self.faults);
+        for fault in faults
+            .iter_mut()
+            .filter(|f| f.remaining > 0 && f.matches(verb, path))
+        {
+            match fault.action {
+                FaultAction::Delay(d) => delay += d,
+                FaultAction::Fail(_) if fail.is_some() => continue,
+                FaultAction::Fail(code) => fail = Some(code),
+            }
+            fault.remaining -= 1;
+        }
+        faults.retain(|f| f.remaining > 0);
+        (delay, fail)
+    }
+
+    async fn admit(&self, attempt: AdmissionAttempt) -> Result<(), ApiError> {
+        let hook = lock(&self.hook).clone();
+        let Some((name, hook)) = hook else {
+            return Ok(());
+        };
+        match hook(attempt).await {
+            AdmissionVerdict::Allow => Ok(()),
+            AdmissionVerdict::Deny {
+                code,
+                reason,
+                message,
+            } => {
+                let denied = format!("admission webhook \"{name}\" denied the request");
+                let message = if message.is_empty() {
+                    format!("{denied} without explanation")
+                } else {
+                    format!("{denied}: {message}")
+                };
+                let code = if code < 400 { 403 } else { code };
+                let mut err = ApiError::new(code, &reason, message, None);
+                if reason.is_empty()
+                    && let Some(map) = err.body.as_object_mut()
+                {
+                    map.remove("reason");
+                }
+                Err(err)
+            }
+        }
+    }
+}
+
+/// A running stand-in. Dropping it stops the server and aborts its open watches.
+pub struct ApiServer {
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.shared.kill.send_modify(|epoch| *epoch += 1);
+        self.task.abort();
+    }
+}
+
+impl ApiServer {
+    /// Starts a server for [`default_resources`] on 127.0.0.1 and a free port.
+    pub async fn start() -> std::io::Result<Self> {
+        Self::start_with(default_resources()).await
+    }
+
+    /// Starts a server for the given resource types.
+    pub async fn start_with(defs: Vec<ResourceDef>) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            addr,
+            store: Mutex::new(Store::new(defs)),
+            faults: Mutex::new(Vec::new()),
+            latency: Mutex::new(Duration::ZERO),
+            requests: Mutex::new(Vec::new()),
+            hook: Mutex::new(None),
+            bookmark_every: Mutex::new(Duration::from_secs(60)),
+            kill: tokio::sync::watch::Sender::new(0),
+            open_watches: AtomicUsize::new(0),
+        });
+        let app = axum::Router::new()
+            .fallback(http::handle)
+            .with_state(Arc::clone(&shared));
+        let task = tokio::spawn(async move {
+            // Ends only when the listener fails or the task is aborted.
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { shared, task })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// `http://127.0.0.1:<port>`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.shared.addr)
+    }
+
+    /// A client configuration for this server (namespace `default`).
+    pub fn kubeconfig(&self) -> kube::Config {
+        let url = self
+            .url()
+            .parse()
+            .expect("a URL made of a socket address parses");
+        let mut config = kube::Config::new(url);
+        config.default_namespace = "default".into();
+        config
+    }
+
+    /// Like [`Self::kubeconfig`], acting as `user` (sent as the `Impersonate-User` header,
+    /// which the admission hook sees as the requesting user).
+    pub fn kubeconfig_as(&self, user: &str) -> kube::Config {
+        let mut config = self.kubeconfig();
+        config.auth_info.impersonate = Some(user.to_string());
+        config
+    }
+
+    /// A kubeconfig file's text for this server (context `standin`, namespace `default`).
+    pub fn kubeconfig_yaml(&self) -> String {
+        let doc = json!({
+            "apiVersion": "v1", "kind": "Config", "current-context": "standin", "preferences": {},
+            "clusters": [{"name": "standin", "cluster": {"server": self.url()}}],
+            "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "standin", "namespace": "default"}}],
+            "users": [{"name": "standin", "user": {}}],
+        });
+        serde_yaml::to_string(&doc).unwrap_or_default()
+    }
+
+    /// Writes [`Self::kubeconfig_yaml`] to `path`.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig_yaml())
+    }
+
+    /// A `kube::Client` for this server.
+    pub fn client(&self) -> kube::Result<kube::Client> {
+        kube::Client::try_from(self.kubeconfig())
+    }
+
+    fn res(&self, ar: &ApiResource) -> Result<usize, String> {
+        self.shared
+            .store()
+            .def_index(&ar.group, &ar.version, &ar.plural)
+            .ok_or_else(|| format!("{} {} is not served", ar.api_version, ar.plural))
+    }
+
+    /// Stores `object` as is (its type from `apiVersion`/`kind`), like a controller with no
+    /// rules in the way: keeps `.status`, no admission. Replaces an existing object.
+    pub fn insert(&self, object: Value) -> Result<Value, String> {
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+        let mut store = self.shared.store();
+        let res = store
+            .def_by_type(api_version, kind)
+            .ok_or_else(|| format!("{api_version} {kind} is not served"))?;
+        let name = meta_str(&object, "name")
+            .ok_or("metadata.name is required")?
+            .to_string();
+        let ns = if store.defs[res].namespaced {
+            meta_str(&object, "namespace").ok_or("metadata.namespace is required")?
+        } else {
+            ""
+        };
+        let key: Key = (res, ns.to_string(), name);
+        Ok(store.put_direct(key, object))
+    }
+
+    /// Changes a stored object in place (no admission, no subresource rules); emits MODIFIED.
+    pub fn modify(
+        &self,
+        ar: &ApiResource,
+        ns: &str,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) -> Result<Value, String> {
+        let key = (self.res(ar)?, ns.to_string(), name.to_string());
+        let mut store = self.shared.store();
+        let mut object = store
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| format!("{ns}/{name} not found"))?;
+        change(&mut object);
+        Ok(store.commit_update(&key, object))
+    }
+
+    /// Removes an object at once, finalizers or not; emits DELETED.
+    pub fn remove(&self, ar: &ApiResource, ns: &str, name: &str) -> Option<Value> {
+        let key = (self.res(ar).ok()?, ns.to_string(), name.to_string());
+        self.shared.store().commit_delete(&key)
+    }
+
+    pub fn get(&self, ar: &ApiResource, ns: &str, name: &str) -> Option<Value> {
+        let key = (self.res(ar).ok()?, ns.to_string(), name.to_string());
+        self.shared.store().get(&key).cloned()
+    }
+
+    /// Every stored object of a resource, all namespaces, in key order.
+    pub fn list(&self, ar: &ApiResource) -> Vec<Value> {
+        let Ok(res) = self.res(ar) else {
+            return Vec::new();
+        };
+        self.shared.store().list(
+            &store::Filter {
+                res,
+                ..Default::default()
+            },
+            None,
+        )
+    }
+
+    /// The latest resourceVersion handed out.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store().rv
+    }
+
+    /// Forgets the change history: a watch from any earlier resourceVersion gets 410 Expired.
+    pub fn compact(&self) {
+        self.shared.store().compact();
+    }
+
+    /// The next `times` requests with this verb (any when `None`) and path answer `code` with
+    /// a Status shaped like the real failure. A path ending in `*` is a prefix.
+    pub fn fail_next(&self, verb: Option<&str>, path: &str, times: usize, code: u16) {
+        self.add_fault(verb, path, times, FaultAction::Fail(code));
+    }
+
+    /// The next `times` matching requests wait `delay` before being handled.
+    pub fn delay_next(&self, verb: Option<&str>, path: &str, times: usize, delay: Duration) {
+        self.add_fault(verb, path, times, FaultAction::Delay(delay));
+    }
+
+    fn add_fault(&self, verb: Option<&str>, path: &str, remaining: usize, action: FaultAction) {
+        let fault = Fault {
+            verb: verb.map(str::to_string),
+            path: path.to_string(),
+            remaining,
+            action,
+        };
+        lock(&self.shared.faults).push(fault);
+    }
+
+    /// Latency added to every request from now on.
+    pub fn set_latency(&self, latency: Duration) {
+        *lock(&self.shared.latency) = latency;
+    }
+
+    /// How often open watches that allow bookmarks get one (default 60 s, like the real server).
+    pub fn set_bookmark_interval(&self, every: Duration) {
+        *lock(&self.shared.bookmark_every) = every;
+    }
+
+    /// Aborts the connection of every open watch (no clean end of the chunked body).
+    pub fn drop_watches(&self) {
+        self.shared.kill.send_modify(|epoch| *epoch += 1);
+    }
+
+    /// How many watch responses are streaming now.
+    pub fn open_watches(&self) -> usize {
+        self.shared.open_watches.load(Ordering::SeqCst)
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// How many requests had this verb and exactly this path.
+    pub fn request_count(&self, verb: &str, path: &str) -> usize {
+        lock(&self.shared.requests)
+            .iter()
+            .filter(|r| r.verb == verb && r.path == path)
+            .count()
+    }
+
+    /// Calls `hook` on every CREATE, UPDATE (incl. subresources) and DELETE before it is
+    /// applied; a denial is answered as webhook `name` denying it.
+    pub fn set_admission_hook(
+        &self,
+        name: &str,
+        hook: impl Fn(&AdmissionAttempt) -> AdmissionVerdict + Send + Sync + 'static,
+    ) {
+        self.set_admission_hook_async(name, move |attempt| {
+            let verdict = hook(&attempt);
+            Box::pin(async move { verdict })
+        });
+    }
+
+    /// Like [`Self::set_admission_hook`] for a hook that awaits (e.g. calls a webhook).
+    pub fn set_admission_hook_async(
+        &self,
+        name: &str,
+        hook: impl Fn(AdmissionAttempt) -> BoxFuture<'static, AdmissionVerdict> + Send + Sync + 'static,
+    ) {
+        *lock(&self.shared.hook) = Some((name.to_string(), Arc::new(hook)));
+    }
+
+    pub fn clear_admission_hook(&self) {
+        *lock(&self.shared.hook) = None;
+    }
+}
+
+fn v1beta2(group: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(group, "v1beta2", kind),
+        plural,
+    )
+}
+
+/// `cluster.x-k8s.io/v1beta2` Cluster.
+pub fn cluster_resource() -> ApiResource {
+    v1beta2("cluster.x-k8s.io", "Cluster", "clusters")
+}
+
+/// `cluster.x-k8s.io/v1beta2` Machine.
+pub fn machine_resource() -> ApiResource {
+    v1beta2("cluster.x-k8s.io", "Machine", "machines")
+}
+
+/// `controlplane.cluster.x-k8s.io/v1beta2` KubeadmControlPlane.
+pub fn kcp_resource() -> ApiResource {
+    v1beta2(
+        "controlplane.cluster.x-k8s.io",
+        "KubeadmControlPlane",
+        "kubeadmcontrolplanes",
+    )
+}

@@ -1,0 +1,6 @@
+//! Code shared by the integration tests. Each test crate uses part of it, so items one crate
+//! leaves unused are expected.
+#![allow(dead_code, unused_imports)]
+
+pub mod apiserver;
+pub mod kit;
