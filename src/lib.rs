@@ -3,6 +3,7 @@
 //! The [`engine`] is a pure core; everything else adapts the outside world to it.
 
 pub mod capi;
+pub mod certs;
 pub mod cli;
 pub mod dumps;
 pub mod engine;

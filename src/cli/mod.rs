@@ -1,6 +1,7 @@
 //! The `quorumguard` command line: argument parsing and dispatch. Each subcommand lives in its
 //! own module and returns the process exit code, so `main` only maps errors.
 
+pub mod certs;
 pub mod check;
 
 use std::process::ExitCode;
@@ -24,11 +25,15 @@ pub enum Command {
     /// Judge a control plane from kubectl and etcdctl dumps: members, quorum, the next safe
     /// action, and whether the given what-ifs would be allowed.
     Check(check::CheckArgs),
+    /// Generate a CA and a serving certificate for the webhook, for clusters without
+    /// cert-manager, and print or patch the caBundle.
+    Certs(certs::CertsArgs),
 }
 
 /// Runs the parsed command. Errors are bad input (exit 2); the caller prints them.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check(args) => check::run(&args),
+        Command::Certs(args) => certs::run(&args),
     }
 }

@@ -1,0 +1,369 @@
+//! `quorumguard certs`: the webhook's serving certificate on clusters without cert-manager.
+//!
+//! Makes a CA (or reuses one), issues a serving certificate for the webhook Service's DNS names,
+//! writes `ca.crt`, `ca.key` (new CA only), `tls.crt` (chain) and `tls.key`, and tells how to
+//! install them. Optionally prints the caBundle or patches it into the
+//! ValidatingWebhookConfiguration. Generation lives in [`crate::certs`]; this is the I/O.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow, bail};
+use clap::Args;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::certs::{
+    self, CA_CERT_FILE, CA_KEY_FILE, CERT_FILE, DEFAULT_DAYS, DEFAULT_NAMESPACE, DEFAULT_SECRET,
+    DEFAULT_SERVICE, INJECT_CA_ANNOTATION, KEY_FILE, MAX_DAYS, Request,
+};
+
+/// How long talking to the API server may take, in all, for `--patch-webhook`.
+const PATCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Files written to --out-dir:
+  ca.crt   the CA certificate; its base64 is the webhook's caBundle
+  ca.key   the CA key (0600), only when a new CA is made; keep it to renew with --ca-cert/--ca-key
+  tls.crt  the serving certificate followed by the CA certificate (a chain)
+  tls.key  the serving key (0600)
+
+Output: stdout carries only the caBundle (with --print-ca-bundle), so
+`CA_BUNDLE=$(quorumguard certs ... --print-ca-bundle)` works; everything else goes to stderr.
+
+Install without cert-manager:
+  kubectl apply -k manifests/no-cert-manager/
+  quorumguard certs --out-dir ./qg-certs --patch-webhook quorumguard
+  kubectl create secret tls quorumguard-webhook-tls -n quorumguard-system \\
+    --cert=./qg-certs/tls.crt --key=./qg-certs/tls.key
+
+Renew with the same CA (the caBundle stays; then replace the Secret):
+  quorumguard certs --out-dir ./qg-certs --ca-cert ./qg-certs/ca.crt --ca-key ./qg-certs/ca.key \\
+    --force
+
+Exit status: 0 on success, 2 on any error (nothing is overwritten without --force).")]
+pub struct CertsArgs {
+    /// Directory to write ca.crt, ca.key (new CA only), tls.crt and tls.key into (created if
+    /// missing, mode 0700).
+    #[arg(long, value_name = "DIR", env = "QUORUMGUARD_CERTS_OUT_DIR")]
+    pub out_dir: PathBuf,
+    /// Overwrite existing files in --out-dir (each is replaced atomically). Without it, nothing
+    /// is written if any of them exists.
+    #[arg(long)]
+    pub force: bool,
+    /// The webhook Service (clientConfig.service.name).
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_SERVICE, env = "QUORUMGUARD_CERTS_SERVICE")]
+    pub service: String,
+    /// The Service's namespace, also where the Secret goes.
+    #[arg(long, value_name = "NAMESPACE", default_value = DEFAULT_NAMESPACE, env = "QUORUMGUARD_CERTS_NAMESPACE")]
+    pub namespace: String,
+    /// An extra subject alternative name: a DNS name (`*.` wildcard allowed) or an IP address
+    /// (repeatable; the env twin is comma-separated). The Service's names are always included:
+    /// SVC, SVC.NS, SVC.NS.svc, SVC.NS.svc.cluster.local.
+    #[arg(
+        long = "dns-name",
+        value_name = "NAME",
+        env = "QUORUMGUARD_CERTS_DNS_NAMES",
+        value_delimiter = ','
+    )]
+    pub dns_names: Vec<String>,
+    /// Validity of the serving certificate in days (a new CA is valid 10 years; a given CA must
+    /// outlive the certificate).
+    #[arg(
+        long,
+        value_name = "DAYS",
+        default_value_t = DEFAULT_DAYS,
+        env = "QUORUMGUARD_CERTS_DAYS",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_DAYS))
+    )]
+    pub days: u32,
+    /// Sign with this existing CA certificate (PEM) instead of making a new CA; the caBundle
+    /// then stays the same across renewals. Needs --ca-key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "ca_key",
+        env = "QUORUMGUARD_CERTS_CA_CERT"
+    )]
+    pub ca_cert: Option<PathBuf>,
+    /// The CA's private key (PKCS#8 PEM, `-----BEGIN PRIVATE KEY-----`). Needs --ca-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "ca_cert",
+        env = "QUORUMGUARD_CERTS_CA_KEY"
+    )]
+    pub ca_key: Option<PathBuf>,
+    /// The Secret name in the printed `kubectl create secret tls` command (the Deployment
+    /// mounts quorumguard-webhook-tls).
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_SECRET)]
+    pub secret_name: String,
+    /// Print the caBundle (base64 of ca.crt) on stdout, for clientConfig.caBundle.
+    #[arg(long)]
+    pub print_ca_bundle: bool,
+    /// Set clientConfig.caBundle of every webhook in this ValidatingWebhookConfiguration (the
+    /// manifests install `quorumguard`), with a JSON patch through the API server.
+    #[arg(long, value_name = "NAME", env = "QUORUMGUARD_CERTS_PATCH_WEBHOOK")]
+    pub patch_webhook: Option<String>,
+    /// Kubeconfig for --patch-webhook. Default: $KUBECONFIG, ~/.kube/config, or the in-cluster
+    /// service account, as kubectl does.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context for --patch-webhook (default: the current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+pub fn run(args: &CertsArgs) -> anyhow::Result<ExitCode> {
+    let now = unix_now()?;
+    let ca = match (&args.ca_cert, &args.ca_key) {
+        (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+        (None, None) => None,
+        _ => bail!("--ca-cert and --ca-key go together"),
+    };
+    let request = Request {
+        service: args.service.clone(),
+        namespace: args.namespace.clone(),
+        extra_names: args.dns_names.clone(),
+        days: args.days,
+        ca,
+    };
+    let bundle = certs::generate(&request, now).map_err(|e| match &args.ca_cert {
+        Some(path) if is_ca_problem(&e) => anyhow!("{}: {e}", path.display()),
+        _ => anyhow!(e),
+    })?;
+    let ca_bundle = bundle.ca_bundle()?;
+    // Before anything is written: is the configuration there to be patched?
+    let target = match &args.patch_webhook {
+        Some(name) => Some(WebhookTarget::find(args, name)?),
+        None => None,
+    };
+    let written = certs::write_files(&args.out_dir, &bundle.files(), args.force)?;
+    // Absolute paths in the printed commands, so they work from any directory.
+    let out_dir = std::path::absolute(&args.out_dir).unwrap_or_else(|_| args.out_dir.clone());
+    let shown = |name: &str| out_dir.join(name);
+    let ca_key = match &args.ca_key {
+        Some(path) => std::path::absolute(path).unwrap_or_else(|_| path.clone()),
+        None => shown(CA_KEY_FILE),
+    };
+    let again = |webhook: &str| {
+        format!(
+            "quorumguard certs --out-dir {} --ca-cert {} --ca-key {} --force --patch-webhook {}",
+            quote(&out_dir),
+            quote(&shown(CA_CERT_FILE)),
+            quote(&ca_key),
+            certs::shell_quote(webhook),
+        )
+    };
+
+    eprintln!("quorumguard: wrote {}", list(&written));
+    match &bundle.new_ca_key_pem {
+        Some(_) => eprintln!(
+            "  {CA_CERT_FILE}: a new CA, valid until {}; {CA_KEY_FILE} is its key: keep it secret \
+             (or delete it and make a new CA, and caBundle, at each renewal)",
+            certs::format_time(bundle.ca_not_after)
+        ),
+        None => eprintln!(
+            "  {CA_CERT_FILE}: the given CA, valid until {}",
+            certs::format_time(bundle.ca_not_after)
+        ),
+    }
+    eprintln!(
+        "  {CERT_FILE}: serving certificate and CA, valid until {}, for {}",
+        certs::format_time(bundle.not_after),
+        bundle.dns_names.join(", ")
+    );
+
+    if args.print_ca_bundle {
+        println!("{ca_bundle}");
+    }
+
+    eprintln!();
+    eprintln!("Store the serving certificate where the Deployment mounts it:");
+    eprintln!(
+        "  {}",
+        certs::kubectl_create_secret(
+            &args.secret_name,
+            &args.namespace,
+            &shown(CERT_FILE),
+            &shown(KEY_FILE)
+        )
+    );
+    eprintln!(
+        "  (to replace an existing Secret, append `--dry-run=client -o yaml | kubectl apply -f -`)"
+    );
+
+    match target {
+        Some(target) => {
+            target.patch(&ca_bundle).with_context(|| {
+                format!(
+                    "the files are written; to try again with the same CA: {}",
+                    again(&target.name)
+                )
+            })?;
+            eprintln!();
+            eprintln!(
+                "quorumguard: set the caBundle of ValidatingWebhookConfiguration {}: {}",
+                target.name,
+                target.webhooks.join(", ")
+            );
+        }
+        None => {
+            eprintln!();
+            eprintln!(
+                "Give the API server this CA: every webhook's clientConfig.caBundle must be the \
+                 --print-ca-bundle value. --patch-webhook does it; to do it now with this CA \
+                 (a new serving certificate is issued: run the Secret command it prints):"
+            );
+            eprintln!("  {}", again(certs::DEFAULT_WEBHOOK_CONFIGURATION));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn is_ca_problem(e: &certs::CertError) -> bool {
+    use certs::CertError::*;
+    matches!(
+        e,
+        CaCertPem(_) | CaCertDer(_) | NotCa(_) | NotCertSigner | CaSubject(_) | CaValidity(_)
+    )
+}
+
+fn unix_now() -> anyhow::Result<i64> {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .context("the clock is before 1970")?;
+    i64::try_from(since.as_secs()).context("the clock is too far in the future")
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))
+}
+
+fn quote(path: &Path) -> String {
+    certs::shell_quote(&path.display().to_string())
+}
+
+fn list(paths: &[PathBuf]) -> String {
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    names.join(", ")
+}
+
+/// The ValidatingWebhookConfiguration to patch, found (and its webhooks listed) before any
+/// file is written, so a wrong name or an unreachable API server leaves nothing behind.
+struct WebhookTarget {
+    runtime: tokio::runtime::Runtime,
+    api: Api<ValidatingWebhookConfiguration>,
+    name: String,
+    webhooks: Vec<String>,
+}
+
+impl WebhookTarget {
+    fn find(args: &CertsArgs, name: &str) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?;
+        let (api, webhooks) = runtime.block_on(bounded(name, find_webhooks(args, name)))?;
+        Ok(Self {
+            runtime,
+            api,
+            name: name.to_string(),
+            webhooks,
+        })
+    }
+
+    /// Sets `caBundle` of every webhook with one JSON patch, which fails if the webhooks
+    /// changed since [`WebhookTarget::find`] read them.
+    fn patch(&self, ca_bundle: &str) -> anyhow::Result<()> {
+        let name = &self.name;
+        let patch = serde_json::from_value(certs::ca_bundle_patch(&self.webhooks, ca_bundle))
+            .context("cannot build the JSON patch")?;
+        self.runtime.block_on(bounded(name, async {
+            self.api
+                .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+                .await
+                .with_context(|| format!("cannot patch ValidatingWebhookConfiguration {name}"))?;
+            Ok(())
+        }))
+    }
+}
+
+/// Bounds a conversation with the API server by [`PATCH_TIMEOUT`].
+async fn bounded<T>(
+    name: &str,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::time::timeout(PATCH_TIMEOUT, work)
+        .await
+        .map_err(|_| {
+            anyhow!(
+                "--patch-webhook {name}: no answer from the API server within {}s",
+                PATCH_TIMEOUT.as_secs()
+            )
+        })?
+}
+
+async fn find_webhooks(
+    args: &CertsArgs,
+    name: &str,
+) -> anyhow::Result<(Api<ValidatingWebhookConfiguration>, Vec<String>)> {
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            std::fs::File::open(path)
+                .with_context(|| format!("{}: cannot read", path.display()))?;
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("{}: not a kubeconfig", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .with_context(|| format!("{}: unusable kubeconfig", path.display()))?
+        }
+        None if args.context.is_some() => kube::Config::from_kubeconfig(&options)
+            .await
+            .context("cannot load the kubeconfig")?,
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig found (use --kubeconfig)")?,
+    };
+    let client = kube::Client::try_from(config).context("cannot make a Kubernetes client")?;
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client);
+    let vwc = api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("cannot read ValidatingWebhookConfiguration {name}"))?
+        .ok_or_else(|| {
+            anyhow!(
+                "ValidatingWebhookConfiguration {name} not found: apply the manifests first \
+                 (kubectl apply -k manifests/no-cert-manager/); nothing was written"
+            )
+        })?;
+    if let Some(owner) = vwc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(INJECT_CA_ANNOTATION))
+    {
+        eprintln!(
+            "quorumguard: warning: ValidatingWebhookConfiguration {name} has \
+             {INJECT_CA_ANNOTATION}: {owner}: cert-manager's cainjector will overwrite this \
+             caBundle. Without cert-manager, install manifests/no-cert-manager/ instead."
+        );
+    }
+    let webhooks: Vec<String> = vwc
+        .webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| w.name)
+        .collect();
+    if webhooks.is_empty() {
+        bail!("ValidatingWebhookConfiguration {name} has no webhooks to patch");
+    }
+    Ok((api, webhooks))
+}
