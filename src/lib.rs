@@ -2,10 +2,13 @@
 //!
 //! The [`engine`] is a pure core; everything else adapts the outside world to it.
 
+pub mod admission;
 pub mod capi;
 pub mod certs;
 pub mod cli;
 pub mod dumps;
 pub mod engine;
+pub mod server;
+pub mod state;
 pub mod telemetry;
 pub mod tls;

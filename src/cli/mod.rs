@@ -3,6 +3,7 @@
 
 pub mod certs;
 pub mod check;
+pub mod serve;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,8 @@ pub enum Command {
     /// Judge a control plane from kubectl and etcdctl dumps: members, quorum, the next safe
     /// action, and whether the given what-ifs would be allowed.
     Check(check::CheckArgs),
+    /// Serve the validating admission webhook (HTTPS) and the admin endpoints.
+    Serve(serve::ServeArgs),
     /// Generate a CA and a serving certificate for the webhook, for clusters without
     /// cert-manager, and print or patch the caBundle.
     Certs(certs::CertsArgs),
@@ -34,6 +37,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check(args) => check::run(&args),
+        Command::Serve(args) => serve::run(args),
         Command::Certs(args) => certs::run(&args),
     }
 }

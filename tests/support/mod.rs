@@ -3,4 +3,5 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod apiserver;
+pub mod https;
 pub mod kit;

@@ -1,0 +1,89 @@
+//! Deletions allowed but not yet visible in the cache.
+//!
+//! Between "allowed" and the Machine's deletionTimestamp reaching our watch there is a window in
+//! which a second review would not see the first deletion. Two concurrent deletions of healthy
+//! Machines of a healthy 3-member cluster would then both pass. A reservation closes the window:
+//! the next review is judged as if the first deletion had happened.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::engine::{ControlPlane, Machine};
+use crate::state::{ClusterState, Key};
+
+struct Reserved {
+    machine: Machine,
+    until: Instant,
+    /// Whether the cache held the Machine when it was reserved; if it did and now does not, the
+    /// deletion has completed.
+    seen_in_cache: bool,
+}
+
+/// Reservations per KCP.
+pub struct Reservations {
+    ttl: Duration,
+    by_kcp: HashMap<Key, Vec<Reserved>>,
+}
+
+impl Reservations {
+    /// `ttl` bounds how long a reservation outlives a deletion the cache never shows (a request
+    /// the API server rejected after we allowed it, for instance).
+    pub fn new(ttl: Duration) -> Self {
+        Reservations {
+            ttl,
+            by_kcp: HashMap::new(),
+        }
+    }
+
+    /// Drops what the cache now shows or what has expired, and marks the remaining reserved
+    /// Machines of `kcp` as deleting in `cp`.
+    pub fn apply(&mut self, kcp: &Key, cp: &mut ControlPlane, now: Instant, state: &ClusterState) {
+        let Some(list) = self.by_kcp.get_mut(kcp) else {
+            return;
+        };
+        list.retain(|r| {
+            if r.until <= now {
+                return false;
+            }
+            match state.machine_deleting(&kcp.0, &r.machine.name) {
+                Some(true) => false,
+                Some(false) => true,
+                None => !r.seen_in_cache,
+            }
+        });
+        for r in list.iter() {
+            match cp.machines.iter_mut().find(|m| m.name == r.machine.name) {
+                Some(m) => m.deleting = true,
+                None => {
+                    let mut m = r.machine.clone();
+                    m.deleting = true;
+                    cp.machines.push(m);
+                }
+            }
+        }
+        if list.is_empty() {
+            self.by_kcp.remove(kcp);
+        }
+    }
+
+    /// Records an allowed deletion of `machine` of `kcp`.
+    pub fn reserve(&mut self, kcp: Key, machine: Machine, now: Instant, state: &ClusterState) {
+        let seen_in_cache = state.machine_deleting(&kcp.0, &machine.name).is_some();
+        let list = self.by_kcp.entry(kcp).or_default();
+        list.retain(|r| r.machine.name != machine.name);
+        list.push(Reserved {
+            machine,
+            until: now + self.ttl,
+            seen_in_cache,
+        });
+    }
+
+    /// How many reservations are held, for metrics and tests.
+    pub fn len(&self) -> usize {
+        self.by_kcp.values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,198 @@
+//! `quorumguard serve`: flags (each with an environment twin), logging, the Kubernetes client,
+//! signals. Everything else is [`crate::server`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+
+use crate::engine::{DEFAULT_KCP_CONTROLLER, DEFAULT_TEARDOWN, OnUnknownHealth, Policy};
+use crate::server::{self, ServeConfig};
+use crate::telemetry::{self, LogFormat};
+
+/// What to do when etcd health cannot prove an operation safe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum UnknownHealth {
+    Deny,
+    Allow,
+}
+
+impl From<UnknownHealth> for OnUnknownHealth {
+    fn from(u: UnknownHealth) -> Self {
+        match u {
+            UnknownHealth::Deny => OnUnknownHealth::Deny,
+            UnknownHealth::Allow => OnUnknownHealth::Allow,
+        }
+    }
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 5s, 10m)"))
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Every flag has an environment twin (shown as [env: ...]). The webhook answers on --listen over
+HTTPS (TLS 1.2/1.3, h2 and http/1.1): POST /validate/machines and POST
+/validate/kubeadmcontrolplanes. The admin port answers /livez, /readyz and /metrics over plain
+HTTP. SIGTERM: report not-ready for --shutdown-delay, then finish in-flight reviews within
+--shutdown-grace and exit.")]
+pub struct ServeArgs {
+    /// Address of the webhook's HTTPS listener.
+    #[arg(long, env = "QUORUMGUARD_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// Address of the plain-HTTP admin listener (/livez, /readyz, /metrics).
+    #[arg(long, env = "QUORUMGUARD_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
+    pub admin_listen: SocketAddr,
+    /// Serving certificate (PEM; may hold a chain: leaf first). Reloaded when it changes.
+    #[arg(
+        long,
+        env = "QUORUMGUARD_TLS_CERT_FILE",
+        default_value = "/tls/tls.crt"
+    )]
+    pub tls_cert_file: PathBuf,
+    /// Serving key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "QUORUMGUARD_TLS_KEY_FILE", default_value = "/tls/tls.key")]
+    pub tls_key_file: PathBuf,
+    /// How often to look for a new certificate (kubelet swaps Secret volumes atomically).
+    #[arg(long, env = "QUORUMGUARD_TLS_RELOAD_INTERVAL", default_value = "5s", value_parser = duration)]
+    pub tls_reload_interval: Duration,
+    /// Log format.
+    #[arg(
+        long,
+        env = "QUORUMGUARD_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+    /// Log filter (tracing EnvFilter syntax, e.g. "info" or "quorumguard=debug,info").
+    #[arg(long, env = "QUORUMGUARD_LOG", default_value = "info")]
+    pub log: String,
+    /// Kubeconfig for the management cluster (default: in-cluster, then $KUBECONFIG, then
+    /// ~/.kube/config).
+    #[arg(long, env = "QUORUMGUARD_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Control-plane controllers: exempt from the desired-replicas rule, never from the
+    /// quorum rule (repeatable; comma-separated in the environment).
+    #[arg(long = "controller", env = "QUORUMGUARD_CONTROLLERS", value_delimiter = ',', default_value = DEFAULT_KCP_CONTROLLER)]
+    pub controllers: Vec<String>,
+    /// Teardown identities, never blocked (repeatable; comma-separated in the environment).
+    #[arg(long = "teardown", env = "QUORUMGUARD_TEARDOWN", value_delimiter = ',', default_values_t = DEFAULT_TEARDOWN.map(String::from))]
+    pub teardown: Vec<String>,
+    /// When health cannot prove a human's operation safe.
+    #[arg(
+        long,
+        env = "QUORUMGUARD_UNKNOWN_HEALTH_HUMANS",
+        value_enum,
+        default_value = "deny"
+    )]
+    pub unknown_health_humans: UnknownHealth,
+    /// When health cannot prove a controller's operation safe (KCP checks etcd itself before
+    /// removing a member).
+    #[arg(
+        long,
+        env = "QUORUMGUARD_UNKNOWN_HEALTH_CONTROLLERS",
+        value_enum,
+        default_value = "allow"
+    )]
+    pub unknown_health_controllers: UnknownHealth,
+    /// An etcd probe older than this counts as unknown health.
+    #[arg(long, env = "QUORUMGUARD_MAX_HEALTH_AGE", default_value = "60s", value_parser = duration)]
+    pub max_health_age: Duration,
+    /// How long a new Machine may have no etcd member before it counts as broken.
+    #[arg(long, env = "QUORUMGUARD_JOIN_GRACE", default_value = "10m", value_parser = duration)]
+    pub join_grace: Duration,
+    /// How long an allowed deletion is held against later reviews if the cache never shows it.
+    #[arg(long, env = "QUORUMGUARD_RESERVATION_TTL", default_value = "30s", value_parser = duration)]
+    pub reservation_ttl: Duration,
+    /// After SIGTERM, how long to report not-ready before refusing new connections.
+    #[arg(long, env = "QUORUMGUARD_SHUTDOWN_DELAY", default_value = "5s", value_parser = duration)]
+    pub shutdown_delay: Duration,
+    /// How long in-flight reviews may take to finish during shutdown.
+    #[arg(long, env = "QUORUMGUARD_SHUTDOWN_GRACE", default_value = "15s", value_parser = duration)]
+    pub shutdown_grace: Duration,
+    /// This replica's name, reported in Events.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// Do not publish Kubernetes Events for denials and break-glass uses.
+    #[arg(long, env = "QUORUMGUARD_NO_EVENTS")]
+    pub no_events: bool,
+}
+
+impl ServeArgs {
+    pub fn config(&self) -> ServeConfig {
+        ServeConfig {
+            listen: self.listen,
+            admin_listen: self.admin_listen,
+            tls_cert: self.tls_cert_file.clone(),
+            tls_key: self.tls_key_file.clone(),
+            tls_reload_interval: self.tls_reload_interval,
+            policy: Policy {
+                controllers: self.controllers.clone(),
+                teardown: self.teardown.clone(),
+                unknown_health_humans: self.unknown_health_humans.into(),
+                unknown_health_controllers: self.unknown_health_controllers.into(),
+                max_health_age: self.max_health_age,
+                join_grace: self.join_grace,
+            },
+            reservation_ttl: self.reservation_ttl,
+            shutdown_delay: self.shutdown_delay,
+            shutdown_grace: self.shutdown_grace,
+            pod_name: self.pod_name.clone(),
+            events: !self.no_events,
+        }
+    }
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("using kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no Kubernetes configuration (in-cluster, $KUBECONFIG or ~/.kube/config)")?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+                _ = int.recv() => tracing::info!("SIGINT received"),
+            }
+        }
+        _ => {
+            tracing::error!("cannot install signal handlers; waiting for Ctrl-C");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    telemetry::init_logging(args.log_format, &args.log).context("setting up logging")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let client = client(args.kubeconfig.as_ref()).await?;
+        let running = server::start(args.config(), client).await?;
+        terminated().await;
+        running.shutdown().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}

@@ -1,0 +1,205 @@
+//! `quorumguard serve` as a library: the webhook over HTTPS, the admin endpoints over plain
+//! HTTP, the watches that feed the caches, certificate reload and graceful shutdown.
+//!
+//! Tests start it in-process with [`start`]; the binary wraps it with flags and signals.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum_server::Handle;
+use kube::Client;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::admission::{Webhook, events};
+use crate::engine::Policy;
+use crate::state::{ClusterState, Kind, watch};
+use crate::telemetry::{Metrics, Readiness, admin_router};
+use crate::tls;
+
+/// Everything `serve` needs to know.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub tls_reload_interval: Duration,
+    pub policy: Policy,
+    pub reservation_ttl: Duration,
+    /// After SIGTERM, how long to report not-ready before refusing new connections, so that
+    /// endpoints controllers and load balancers stop sending reviews first.
+    pub shutdown_delay: Duration,
+    /// How long in-flight reviews may take to finish once shutdown starts.
+    pub shutdown_grace: Duration,
+    /// This replica's name, for Events.
+    pub pod_name: Option<String>,
+    /// Publish Events for denials and break-glass uses.
+    pub events: bool,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("loading the serving certificate: {0}")]
+    Tls(#[from] tls::TlsError),
+    #[error("binding the admin address {addr}: {source}")]
+    AdminBind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(
+        "the webhook server did not start listening on {0} (address in use, or no permission?)"
+    )]
+    Listen(SocketAddr),
+}
+
+/// A running server.
+pub struct Running {
+    /// Where the webhook answers (HTTPS).
+    pub addr: SocketAddr,
+    /// Where /livez, /readyz and /metrics answer (HTTP).
+    pub admin_addr: SocketAddr,
+    pub readiness: Arc<Readiness>,
+    pub metrics: Arc<Metrics>,
+    pub state: Arc<ClusterState>,
+    pub webhook: Arc<Webhook>,
+    handle: Handle<SocketAddr>,
+    config: ServeConfig,
+    server: JoinHandle<std::io::Result<()>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Starts the watches, the webhook and the admin server. Returns once both listen.
+pub async fn start(config: ServeConfig, client: Client) -> Result<Running, ServerError> {
+    let metrics = Arc::new(Metrics::new());
+    let readiness = Arc::new(Readiness::default());
+    let state = Arc::new(ClusterState::new());
+    let mut tasks = Vec::new();
+
+    for kind in Kind::ALL {
+        metrics.set_cache_synced(kind.as_str(), false);
+        let (c, s, m, r) = (
+            client.clone(),
+            state.clone(),
+            metrics.clone(),
+            readiness.clone(),
+        );
+        let synced_state = state.clone();
+        tasks.push(tokio::spawn(async move {
+            watch::run(c, kind, s, move |k| {
+                m.set_cache_synced(k.as_str(), true);
+                if synced_state.all_synced() {
+                    r.set_caches_synced(true);
+                }
+            })
+            .await;
+        }));
+    }
+
+    let tls_config = tls::load(&config.tls_cert, &config.tls_key).await?;
+    readiness.set_cert_loaded(true);
+    let reload_metrics = metrics.clone();
+    tasks.push(tls::spawn_reloader(
+        tls_config.clone(),
+        config.tls_cert.clone(),
+        config.tls_key.clone(),
+        config.tls_reload_interval,
+        move |result| match result {
+            Ok(()) => {
+                reload_metrics.cert_reload(true);
+                tracing::info!("serving certificate reloaded");
+            }
+            Err(e) => {
+                reload_metrics.cert_reload(false);
+                tracing::error!(error = %e, "serving certificate not reloaded; still serving the previous one");
+            }
+        },
+    ));
+
+    let sink = config
+        .events
+        .then(|| events::spawn(client.clone(), config.pod_name.clone(), 256));
+    let webhook = Arc::new(Webhook::new(
+        state.clone(),
+        config.policy.clone(),
+        metrics.clone(),
+        sink,
+        config.reservation_ttl,
+    ));
+
+    let admin = TcpListener::bind(config.admin_listen)
+        .await
+        .map_err(|source| ServerError::AdminBind {
+            addr: config.admin_listen,
+            source,
+        })?;
+    let admin_addr = admin
+        .local_addr()
+        .map_err(|source| ServerError::AdminBind {
+            addr: config.admin_listen,
+            source,
+        })?;
+    let admin_app = admin_router(readiness.clone(), metrics.clone());
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(admin, admin_app).await {
+            tracing::error!(error = %e, "admin server stopped");
+        }
+    }));
+
+    let handle = Handle::new();
+    let app = webhook.clone().router();
+    let server = tokio::spawn(
+        axum_server::bind_rustls(config.listen, tls_config)
+            .handle(handle.clone())
+            .serve(app.into_make_service()),
+    );
+    let Some(addr) = handle.listening().await else {
+        return Err(ServerError::Listen(config.listen));
+    };
+    readiness.set_accepting(true);
+    tracing::info!(%addr, %admin_addr, "quorumguard is serving");
+    Ok(Running {
+        addr,
+        admin_addr,
+        readiness,
+        metrics,
+        state,
+        webhook,
+        handle,
+        config,
+        server,
+        tasks,
+    })
+}
+
+impl Running {
+    /// Graceful shutdown: report not-ready, wait `shutdown_delay` so no new reviews are routed
+    /// here, stop accepting, let in-flight reviews finish within `shutdown_grace`, then stop the
+    /// background tasks.
+    pub async fn shutdown(self) {
+        self.readiness.set_shutting_down(true);
+        tracing::info!(
+            delay = ?self.config.shutdown_delay,
+            grace = ?self.config.shutdown_grace,
+            "shutting down"
+        );
+        tokio::time::sleep(self.config.shutdown_delay).await;
+        self.readiness.set_accepting(false);
+        self.handle
+            .graceful_shutdown(Some(self.config.shutdown_grace));
+        let wait = self.config.shutdown_grace + Duration::from_secs(1);
+        match tokio::time::timeout(wait, self.server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::error!(error = %e, "webhook server failed"),
+            Ok(Err(e)) => tracing::error!(error = %e, "webhook server task failed"),
+            Err(_) => tracing::warn!("in-flight reviews did not finish within the grace period"),
+        }
+        for t in self.tasks {
+            t.abort();
+        }
+        tracing::info!("stopped");
+    }
+}

@@ -1,0 +1,364 @@
+//! The per-cluster view the webhook decides on: Cluster API objects kept current by watches, and
+//! the latest etcd health snapshot per cluster.
+//!
+//! Objects are converted to engine types as they arrive, and indexed by KubeadmControlPlane, so a
+//! review costs a few map look-ups and clones — never an API call or a scan of every Machine.
+
+pub mod watch;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use crate::capi::{CapiCluster, CapiKcp, CapiMachine};
+use crate::engine::{Cluster, ControlPlane, EtcdSnapshot, EtcdState, Member};
+
+/// `(namespace, name)`.
+pub type Key = (String, String);
+
+/// Which of the watched kinds an event or a sync flag is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Cluster,
+    Kcp,
+    Machine,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 3] = [Kind::Cluster, Kind::Kcp, Kind::Machine];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Cluster => "clusters",
+            Kind::Kcp => "kubeadmcontrolplanes",
+            Kind::Machine => "machines",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Kind::Cluster => 0,
+            Kind::Kcp => 1,
+            Kind::Machine => 2,
+        }
+    }
+}
+
+/// One watched object, already converted.
+#[derive(Clone, Debug)]
+pub enum Object {
+    Cluster(CapiCluster),
+    Kcp(CapiKcp),
+    Machine(CapiMachine),
+}
+
+impl Object {
+    fn kind(&self) -> Kind {
+        match self {
+            Object::Cluster(_) => Kind::Cluster,
+            Object::Kcp(_) => Kind::Kcp,
+            Object::Machine(_) => Kind::Machine,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Index {
+    clusters: HashMap<Key, CapiCluster>,
+    kcps: HashMap<Key, CapiKcp>,
+    machines: HashMap<Key, CapiMachine>,
+    /// KCP key -> names of its Machines.
+    by_kcp: HashMap<Key, BTreeSet<String>>,
+    /// Objects of a relist in progress, per kind; swapped in at InitDone.
+    relist: [Option<Vec<Object>>; 3],
+}
+
+fn key_of(o: &Object) -> Key {
+    let r = match o {
+        Object::Cluster(c) => &c.object,
+        Object::Kcp(k) => &k.object,
+        Object::Machine(m) => &m.object,
+    };
+    (r.namespace.clone(), r.name.clone())
+}
+
+impl Index {
+    fn upsert(&mut self, o: Object) {
+        let key = key_of(&o);
+        match o {
+            Object::Cluster(c) => {
+                self.clusters.insert(key, c);
+            }
+            Object::Kcp(k) => {
+                self.kcps.insert(key, k);
+            }
+            Object::Machine(m) => {
+                self.unlink_machine(&key);
+                if let Some(kcp) = &m.control_plane_name {
+                    self.by_kcp
+                        .entry((key.0.clone(), kcp.clone()))
+                        .or_default()
+                        .insert(key.1.clone());
+                }
+                self.machines.insert(key, m);
+            }
+        }
+    }
+
+    fn unlink_machine(&mut self, key: &Key) {
+        if let Some(old) = self.machines.get(key)
+            && let Some(kcp) = &old.control_plane_name
+        {
+            let k = (key.0.clone(), kcp.clone());
+            if let Some(set) = self.by_kcp.get_mut(&k) {
+                set.remove(&key.1);
+                if set.is_empty() {
+                    self.by_kcp.remove(&k);
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, kind: Kind, key: &Key) {
+        match kind {
+            Kind::Cluster => {
+                self.clusters.remove(key);
+            }
+            Kind::Kcp => {
+                self.kcps.remove(key);
+            }
+            Kind::Machine => {
+                self.unlink_machine(key);
+                self.machines.remove(key);
+            }
+        }
+    }
+
+    fn replace_all(&mut self, kind: Kind, objects: Vec<Object>) {
+        match kind {
+            Kind::Cluster => self.clusters.clear(),
+            Kind::Kcp => self.kcps.clear(),
+            Kind::Machine => {
+                self.machines.clear();
+                self.by_kcp.clear();
+            }
+        }
+        for o in objects {
+            self.upsert(o);
+        }
+    }
+}
+
+/// The latest etcd probe of one workload cluster.
+#[derive(Clone, Debug)]
+pub struct HealthEntry {
+    pub members: Vec<Member>,
+    pub taken: Instant,
+}
+
+/// What a review reads. Shared by the watch tasks (writers) and the webhook (reader).
+#[derive(Default)]
+pub struct ClusterState {
+    index: RwLock<Index>,
+    synced: [AtomicBool; 3],
+    /// Cluster key -> latest probe. Filled by the etcd prober.
+    health: RwLock<HashMap<Key, HealthEntry>>,
+    /// Cluster key -> why the last probe failed, when it did.
+    probe_errors: RwLock<HashMap<Key, String>>,
+}
+
+/// Why no control plane could be built for a review.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The caches have not completed their first list: nothing can be said.
+    NotSynced,
+    /// Synced, and no such KubeadmControlPlane exists.
+    NoSuchKcp,
+}
+
+impl ClusterState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An object was added or changed (or listed, during a relist).
+    pub fn apply(&self, o: Object) {
+        let kind = o.kind();
+        let mut idx = self.write_index();
+        match &mut idx.relist[kind.index()] {
+            Some(buf) => buf.push(o),
+            None => idx.upsert(o),
+        }
+    }
+
+    /// An object is gone.
+    pub fn delete(&self, kind: Kind, namespace: &str, name: &str) {
+        let key = (namespace.to_string(), name.to_string());
+        let mut idx = self.write_index();
+        if let Some(buf) = &mut idx.relist[kind.index()] {
+            buf.retain(|o| key_of(o) != key);
+        }
+        idx.remove(kind, &key);
+    }
+
+    /// A relist of `kind` starts: objects until [`ClusterState::relist_done`] replace the kind.
+    pub fn relist_start(&self, kind: Kind) {
+        self.write_index().relist[kind.index()] = Some(Vec::new());
+    }
+
+    /// The relist of `kind` is complete: swap it in atomically.
+    pub fn relist_done(&self, kind: Kind) {
+        let mut idx = self.write_index();
+        let objects = idx.relist[kind.index()].take().unwrap_or_default();
+        idx.replace_all(kind, objects);
+        drop(idx);
+        self.synced[kind.index()].store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_synced(&self, kind: Kind) -> bool {
+        self.synced[kind.index()].load(Ordering::SeqCst)
+    }
+
+    pub fn all_synced(&self) -> bool {
+        Kind::ALL.iter().all(|k| self.is_synced(*k))
+    }
+
+    /// Records a probe of the etcd of Cluster `namespace/name`.
+    pub fn set_health(&self, namespace: &str, cluster: &str, members: Vec<Member>, taken: Instant) {
+        let key = (namespace.to_string(), cluster.to_string());
+        self.probe_errors
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+        self.health
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, HealthEntry { members, taken });
+    }
+
+    /// Records that a probe of Cluster `namespace/name` failed; the last good snapshot stays
+    /// (and ages), so decisions turn to HealthUnknown once it is stale.
+    pub fn set_probe_error(&self, namespace: &str, cluster: &str, error: String) {
+        self.probe_errors
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((namespace.to_string(), cluster.to_string()), error);
+    }
+
+    fn etcd_state(&self, namespace: &str, cluster: &str, now: Instant) -> EtcdState {
+        let key = (namespace.to_string(), cluster.to_string());
+        if let Some(h) = self
+            .health
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return EtcdState::Observed(EtcdSnapshot {
+                members: h.members.clone(),
+                age: Some(now.saturating_duration_since(h.taken)),
+            });
+        }
+        let reason = self
+            .probe_errors
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| "no etcd probe of this cluster yet".to_string());
+        EtcdState::Unknown { reason }
+    }
+
+    /// The control plane of KCP `namespace/name` as the caches and the latest probe see it.
+    pub fn control_plane(
+        &self,
+        namespace: &str,
+        kcp: &str,
+        now: Instant,
+    ) -> Result<ControlPlane, Lookup> {
+        let key = (namespace.to_string(), kcp.to_string());
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        let Some(k) = idx.kcps.get(&key) else {
+            return Err(if self.all_synced() {
+                Lookup::NoSuchKcp
+            } else {
+                Lookup::NotSynced
+            });
+        };
+        let machines: Vec<_> = idx
+            .by_kcp
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| idx.machines.get(&(namespace.to_string(), m.clone())))
+            .map(|m| m.machine.clone())
+            .collect();
+        let cluster_name = k.cluster_name.clone().or_else(|| {
+            idx.by_kcp
+                .get(&key)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| idx.machines.get(&(namespace.to_string(), m.clone())))
+                .find_map(|m| m.cluster_name.clone())
+        });
+        let cluster = match &cluster_name {
+            Some(name) => idx
+                .clusters
+                .get(&(namespace.to_string(), name.clone()))
+                .map(|c| c.cluster.clone())
+                .unwrap_or(Cluster {
+                    name: name.clone(),
+                    deleting: false,
+                }),
+            None => Cluster {
+                name: "(unknown)".into(),
+                deleting: false,
+            },
+        };
+        let kcp_model = k.kcp.clone();
+        drop(idx);
+        let etcd = match &cluster_name {
+            Some(c) => self.etcd_state(namespace, c, now),
+            None => EtcdState::Unknown {
+                reason: "the KubeadmControlPlane names no Cluster".into(),
+            },
+        };
+        Ok(ControlPlane {
+            cluster,
+            kcp: kcp_model,
+            machines,
+            etcd,
+        })
+    }
+
+    /// Every KCP the caches hold, as `(namespace, name)`.
+    pub fn kcps(&self) -> Vec<Key> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<Key> = idx.kcps.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Whether a Machine is in the cache, and whether it shows a deletionTimestamp.
+    pub fn machine_deleting(&self, namespace: &str, name: &str) -> Option<bool> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        idx.machines
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|m| m.machine.deleting)
+    }
+
+    /// Counts of cached objects by kind, for logs and metrics.
+    pub fn counts(&self) -> BTreeMap<&'static str, usize> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        BTreeMap::from([
+            (Kind::Cluster.as_str(), idx.clusters.len()),
+            (Kind::Kcp.as_str(), idx.kcps.len()),
+            (Kind::Machine.as_str(), idx.machines.len()),
+        ])
+    }
+
+    fn write_index(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
+        // A panic while holding the lock leaves the index consistent per operation: keep going.
+        self.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,205 @@
+//! A test CA, a serving certificate for 127.0.0.1, and a small HTTPS client that speaks h2 (as
+//! kube-apiserver does to webhooks) or HTTP/1.1, for tests of the running webhook.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+/// Every network step of a test is bounded by this.
+pub const STEP: Duration = Duration::from_secs(10);
+
+/// A directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "quorumguard-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A CA and its serving certificate for `localhost` and 127.0.0.1, written as tls.crt (leaf +
+/// CA chain) and tls.key.
+pub struct TestPki {
+    pub ca: CertificateDer<'static>,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl TestPki {
+    pub fn new(dir: &Path) -> TestPki {
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = params.self_signed(&ca_key).expect("CA");
+        let pki = TestPki {
+            ca: ca.der().clone(),
+            cert_file: dir.join("tls.crt"),
+            key_file: dir.join("tls.key"),
+            issuer: Issuer::new(params, ca_key),
+        };
+        pki.write_leaf("quorumguard-test");
+        std::fs::write(dir.join("ca.crt"), ca.pem()).expect("write ca.crt");
+        pki
+    }
+
+    /// Writes a new serving pair (a fresh key); returns the leaf DER.
+    pub fn write_leaf(&self, cn: &str) -> CertificateDer<'static> {
+        let key = KeyPair::generate().expect("leaf key");
+        let mut params = CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        let cert = params.signed_by(&key, &self.issuer).expect("leaf");
+        std::fs::write(&self.cert_file, cert.pem()).expect("write tls.crt");
+        std::fs::write(&self.key_file, key.serialize_pem()).expect("write tls.key");
+        cert.der().clone()
+    }
+
+    /// A client trusting the test CA, offering `alpn`.
+    pub fn client(&self, alpn: &[&[u8]]) -> Arc<ClientConfig> {
+        let mut store = RootCertStore::empty();
+        store.add(self.ca.clone()).expect("root");
+        let mut config =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("versions")
+                .with_root_certificates(store)
+                .with_no_client_auth();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(config)
+    }
+}
+
+/// Opens a TLS connection to `addr` (server name `localhost`).
+pub async fn connect(
+    addr: SocketAddr,
+    config: Arc<ClientConfig>,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let name = ServerName::try_from("localhost").map_err(std::io::Error::other)?;
+    tokio::time::timeout(STEP, async {
+        let tcp = TcpStream::connect(addr).await?;
+        TlsConnector::from(config).connect(name, tcp).await
+    })
+    .await
+    .map_err(|_| std::io::Error::other("TLS connect timed out"))?
+}
+
+/// The ALPN protocol the server chose.
+pub fn alpn(stream: &TlsStream<TcpStream>) -> Option<Vec<u8>> {
+    stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec)
+}
+
+/// One POST over a fresh connection: h2 when the server picks it, else HTTP/1.1.
+pub async fn post(
+    addr: SocketAddr,
+    config: Arc<ClientConfig>,
+    path: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (StatusCode, Bytes) {
+    let stream = connect(addr, config).await.expect("connect");
+    let h2 = alpn(&stream).as_deref() == Some(b"h2");
+    let request = Request::post(path)
+        .header("content-type", content_type)
+        .header("host", "localhost")
+        .body(Full::new(Bytes::from(body)))
+        .expect("request");
+    let response = tokio::time::timeout(STEP, async {
+        if h2 {
+            let (mut sender, conn) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                    .await
+                    .expect("h2 handshake");
+            tokio::spawn(conn);
+            sender.send_request(request).await
+        } else {
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .expect("http1 handshake");
+            tokio::spawn(conn);
+            sender.send_request(request).await
+        }
+    })
+    .await
+    .expect("response within the step bound")
+    .expect("response");
+    let status = response.status();
+    let body = tokio::time::timeout(STEP, response.into_body().collect())
+        .await
+        .expect("body within the step bound")
+        .expect("body")
+        .to_bytes();
+    (status, body)
+}
+
+/// GET over plain HTTP (the admin port).
+pub async fn get_plain(addr: SocketAddr, path: &str) -> (StatusCode, String) {
+    try_get_plain(addr, path)
+        .await
+        .unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
+}
+
+/// GET over plain HTTP; an error instead of a panic while the server may not be up yet.
+pub async fn try_get_plain(addr: SocketAddr, path: &str) -> Result<(StatusCode, String), String> {
+    let attempt = async {
+        let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let request = Request::get(path)
+            .header("host", "localhost")
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    };
+    tokio::time::timeout(STEP, attempt)
+        .await
+        .map_err(|_| "timed out".to_string())?
+}
