@@ -395,7 +395,26 @@ fn the_webhook_configuration_registers_exactly_what_the_guard_judges() {
         assert_eq!(rules.len(), 1, "{n}");
         assert_eq!(rules[0].scope.as_deref(), Some("Namespaced"), "{n}");
         assert_eq!(strings(&rules[0].api_versions), ["*"], "{n}");
-        assert!(w.match_conditions.is_none(), "{n}");
+        // Exactly one match condition each, which only narrows what reaches the guard to what
+        // it judges (so a dead guard blocks no teardown and no metadata-only update).
+        let conditions = w.match_conditions.as_deref().unwrap_or_default();
+        assert_eq!(conditions.len(), 1, "{n}");
+        let expected = if n == "machines.quorumguard.io" {
+            (
+                "not-teardown",
+                vec![
+                    "generic-garbage-collector",
+                    "system:kube-controller-manager",
+                    "namespace-controller",
+                ],
+            )
+        } else {
+            ("spec-changed", vec!["object.spec != oldObject.spec"])
+        };
+        assert_eq!(conditions[0].name, expected.0, "{n}");
+        for needle in expected.1 {
+            assert!(conditions[0].expression.contains(needle), "{n}: {needle}");
+        }
     }
 
     let machines = webhook(&vwc, "machines.quorumguard.io");
