@@ -161,8 +161,9 @@ pub async fn load(cert: &Path, key: &Path) -> Result<RustlsConfig, TlsError> {
 /// the process unready on it. The reloader itself logs only at debug level: log and count the
 /// outcomes in `on_reload`.
 ///
-/// The first poll (immediately) reads the files as a baseline and silently re-applies them, so a
-/// change between [`load`] and this call is not missed; spawn the reloader right after [`load`].
+/// The baseline is read before this function returns (a blocking read of two small files) and
+/// silently re-applied, so a change between [`load`] and this call is not missed and a change
+/// made after it returns is always reported; spawn the reloader right after [`load`].
 /// It runs until the returned handle is aborted (or the runtime shuts down); call it from within
 /// a Tokio runtime, like `tokio::spawn`.
 pub fn spawn_reloader(
@@ -173,16 +174,17 @@ pub fn spawn_reloader(
     on_reload: impl Fn(Result<(), TlsError>) + Send + Sync + 'static,
 ) -> tokio::task::JoinHandle<()> {
     let interval = interval.max(MIN_RELOAD_INTERVAL);
+    let mut reloader = Reloader {
+        config,
+        cert,
+        key,
+        applied: None,
+        read_failed: false,
+        read_error: None,
+        baseline: true,
+    };
+    reloader.baseline_now();
     tokio::spawn(async move {
-        let mut reloader = Reloader {
-            config,
-            cert,
-            key,
-            applied: None,
-            read_failed: false,
-            read_error: None,
-            baseline: true,
-        };
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -217,6 +219,25 @@ struct Reloader {
 }
 
 impl Reloader {
+    /// Reads and applies the baseline synchronously, without a report. Leaves `baseline` set
+    /// (for the first poll to retry) if the files are mid-swap or unusable right now.
+    fn baseline_now(&mut self) {
+        let read = |p: &Path| std::fs::read(p).ok();
+        let (Some(first), Some(key), Some(cert)) =
+            (read(&self.cert), read(&self.key), read(&self.cert))
+        else {
+            return;
+        };
+        if first != cert {
+            return;
+        }
+        if let Ok(config) = build(&cert, &key, &self.cert, &self.key) {
+            self.config.reload_from_config(Arc::new(config));
+            self.applied = Some(Snapshot { cert, key });
+            self.baseline = false;
+        }
+    }
+
     /// One poll: returns what to report, if anything.
     async fn poll(&mut self) -> Option<Result<(), TlsError>> {
         let baseline = std::mem::replace(&mut self.baseline, false);

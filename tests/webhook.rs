@@ -512,6 +512,29 @@ async fn readiness_follows_cache_sync_and_shutdown() {
     let (code, body) = get_plain(admin, "/readyz").await;
     assert_eq!(code.as_u16(), 503, "{body}");
     assert!(body.contains("cache"), "{body}");
+    // A review before the caches sync cannot be proven safe: a human is refused, saying why.
+    let (code, bytes) = post(
+        running.addr,
+        pki.client(&[b"h2"]),
+        "/validate/machines",
+        "application/json",
+        serde_json::to_vec(&fixture("machine-delete-by-user.json")).expect("json"),
+    )
+    .await;
+    assert_eq!(code.as_u16(), 200);
+    let v: Value = serde_json::from_slice(&bytes).expect("review");
+    assert_eq!(
+        verdict(&v["response"]),
+        (false, "HealthUnknown".into()),
+        "{v}"
+    );
+    assert!(
+        v["response"]["status"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("not synced"),
+        "{v}"
+    );
     assert_eq!(get_plain(admin, "/livez").await.0.as_u16(), 200);
     let deadline = Instant::now() + STEP;
     loop {
@@ -591,4 +614,70 @@ async fn graceful_shutdown_finishes_a_review_in_flight() {
         .await
         .expect("shutdown within the grace period")
         .expect("task");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn break_glass_is_allowed_with_a_warning_and_an_event() {
+    let w = world(&["a", "b", "c"]).await;
+    w.health(&[("a", true), ("b", true), ("c", false)]);
+    let mut r = fixture("machine-delete-by-user.json");
+    r["request"]["oldObject"]["metadata"]["annotations"]["quorumguard.io/allow-unsafe-delete"] =
+        json!("INC-7: node a is being replaced by hand");
+    let (_, v) = w.review("/validate/machines", &r).await;
+    assert_eq!(verdict(&v["response"]), (true, "BreakGlass".into()), "{v}");
+    let warning = v["response"]["warnings"][0].as_str().expect("warning");
+    assert!(
+        warning.contains("INC-7") && warning.contains("WouldLoseQuorum"),
+        "{warning}"
+    );
+    let events = kube::api::ApiResource::erase::<k8s_openapi::api::events::v1::Event>(&());
+    eventually("a BreakGlass Event", || {
+        w.api
+            .list(&events)
+            .iter()
+            .any(|e| e["regarding"]["name"] == "test-cp-a" && e["reason"] == "BreakGlass")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_server_picks_up_a_new_certificate() {
+    let w = world(&["a", "b", "c"]).await;
+    let addr = w.running().addr;
+    let leaf = |stream: &tokio_rustls::client::TlsStream<tokio::net::TcpStream>| {
+        stream.get_ref().1.peer_certificates().expect("certs")[0].clone()
+    };
+    let before = leaf(
+        &support::https::connect(addr, w.pki.client(&[b"h2"]))
+            .await
+            .expect("tls"),
+    );
+    let new = w.pki.write_leaf("quorumguard-renewed");
+    assert_ne!(before, new);
+    let deadline = Instant::now() + STEP;
+    loop {
+        let now = leaf(
+            &support::https::connect(addr, w.pki.client(&[b"h2"]))
+                .await
+                .expect("tls"),
+        );
+        if now == new {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new certificate was never served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The reload is counted right after the new config is in place.
+    let deadline = Instant::now() + STEP;
+    loop {
+        let (_, metrics) = get_plain(w.running().admin_addr, "/metrics").await;
+        if metrics.contains("quorumguard_certificate_reloads_total{result=\"success\"} 1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "reload never counted: {metrics}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
