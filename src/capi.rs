@@ -28,6 +28,8 @@ pub const KIND_MACHINE: &str = "Machine";
 pub const KIND_KCP: &str = "KubeadmControlPlane";
 /// Kind of the owning Cluster.
 pub const KIND_CLUSTER: &str = "Cluster";
+/// Cluster annotation with etcd client URLs (comma-separated) for the direct transport.
+pub const ANNOTATION_ETCD_ENDPOINTS: &str = "quorumguard.io/etcd-endpoints";
 
 /// Errors name the object (kind namespace/name) and the field, so a human can find both.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -110,6 +112,8 @@ pub struct CapiMachine {
     /// The KCP it belongs to: label `cluster.x-k8s.io/control-plane-name`, else the controller
     /// ownerReference of kind KubeadmControlPlane.
     pub control_plane_name: Option<String>,
+    /// `status.addresses` of type InternalIP: where the direct etcd transport dials.
+    pub internal_ips: Vec<String>,
 }
 
 /// A KubeadmControlPlane with the Cluster it names.
@@ -130,6 +134,9 @@ pub struct CapiCluster {
     pub cluster: Cluster,
     /// `spec.controlPlaneRef.name` when that reference is a KubeadmControlPlane.
     pub control_plane_name: Option<String>,
+    /// Annotation `quorumguard.io/etcd-endpoints`: etcd client URLs that override the Machines'
+    /// addresses for the direct transport.
+    pub etcd_endpoints: Option<String>,
 }
 
 /// "Machine ns/name" for any value, with `?` for what is missing: used in every message.
@@ -219,12 +226,25 @@ pub fn parse_machine(v: &Value) -> Result<CapiMachine, CapiError> {
         annotations: meta.annotations.clone().unwrap_or_default(),
         created_unix: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
     };
+    // Both versions: status.addresses[] {type, address}.
+    let internal_ips = at(v, &["status", "addresses"])
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter(|x| x.get("type").and_then(Value::as_str) == Some("InternalIP"))
+                .filter_map(|x| x.get("address").and_then(Value::as_str))
+                .filter(|ip| !ip.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(CapiMachine {
         object,
         version,
         machine,
         cluster_name,
         control_plane_name,
+        internal_ips,
     })
 }
 
@@ -324,11 +344,18 @@ pub fn parse_cluster(v: &Value) -> Result<CapiCluster, CapiError> {
         name: object.name.clone(),
         deleting: meta.deletion_timestamp.is_some(),
     };
+    let etcd_endpoints = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_ETCD_ENDPOINTS))
+        .filter(|e| !e.trim().is_empty())
+        .cloned();
     Ok(CapiCluster {
         object,
         version,
         cluster,
         control_plane_name,
+        etcd_endpoints,
     })
 }
 
@@ -609,6 +636,36 @@ mod tests {
         assert_eq!(scale_replicas(&scale), Ok(3));
         let new = review("kcp-scale-subresource-3-to-5.json")["request"]["object"].clone();
         assert_eq!(scale_replicas(&new), Ok(5));
+    }
+
+    #[test]
+    fn machine_addresses_and_cluster_endpoints_annotation() {
+        let mut v = v1beta2_machine();
+        v["status"]["addresses"] = json!([
+            {"type": "Hostname", "address": "node-1"},
+            {"type": "InternalIP", "address": "10.0.0.5"},
+            {"type": "ExternalIP", "address": "203.0.113.9"},
+            {"type": "InternalIP", "address": ""}
+        ]);
+        let m = parse_machine(&v).expect("parses");
+        assert_eq!(m.internal_ips, ["10.0.0.5"]);
+        assert!(
+            parse_machine(&v1beta2_machine())
+                .expect("parses")
+                .internal_ips
+                .is_empty()
+        );
+        let c = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "demo", "namespace": "demo",
+                "annotations": {ANNOTATION_ETCD_ENDPOINTS: "https://127.0.0.1:2379,https://127.0.0.1:3379"}},
+            "spec": {}
+        });
+        let c = parse_cluster(&c).expect("cluster");
+        assert_eq!(
+            c.etcd_endpoints.as_deref(),
+            Some("https://127.0.0.1:2379,https://127.0.0.1:3379")
+        );
     }
 
     #[test]

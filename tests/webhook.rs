@@ -137,7 +137,22 @@ async fn world(machines: &[&str]) -> World {
 async fn start(api: ApiServer, policy: Policy) -> World {
     let dir = TempDir::new("webhook");
     let pki = TestPki::new(dir.path());
-    let config = ServeConfig {
+    let config = test_config(&pki, policy);
+    let client = api.client().expect("client");
+    let running = server::start(config, client).await.expect("server starts");
+    let w = World {
+        api,
+        running: Some(running),
+        pki,
+        _dir: dir,
+    };
+    eventually("caches synced", || w.running().state.all_synced()).await;
+    w
+}
+
+/// The server's settings for tests: loopback ports, fast reload, short shutdown.
+fn test_config(pki: &TestPki, policy: Policy) -> ServeConfig {
+    ServeConfig {
         listen: "127.0.0.1:0".parse().expect("addr"),
         admin_listen: "127.0.0.1:0".parse().expect("addr"),
         tls_cert: pki.cert_file.clone(),
@@ -149,17 +164,7 @@ async fn start(api: ApiServer, policy: Policy) -> World {
         shutdown_grace: Duration::from_secs(5),
         pod_name: Some("quorumguard-test".into()),
         events: true,
-    };
-    let client = api.client().expect("client");
-    let running = server::start(config, client).await.expect("server starts");
-    let w = World {
-        api,
-        running: Some(running),
-        pki,
-        _dir: dir,
-    };
-    eventually("caches synced", || w.running().state.all_synced()).await;
-    w
+    }
 }
 
 async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
@@ -493,17 +498,9 @@ async fn readiness_follows_cache_sync_and_shutdown() {
     let dir = TempDir::new("ready");
     let pki = TestPki::new(dir.path());
     let config = ServeConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        admin_listen: "127.0.0.1:0".parse().expect("addr"),
-        tls_cert: pki.cert_file.clone(),
-        tls_key: pki.key_file.clone(),
-        tls_reload_interval: Duration::from_millis(100),
-        policy: Policy::default(),
-        reservation_ttl: Duration::from_secs(30),
         shutdown_delay: Duration::from_millis(500),
-        shutdown_grace: Duration::from_secs(5),
-        pod_name: None,
         events: false,
+        ..test_config(&pki, Policy::default())
     };
     let running = server::start(config, api.client().expect("client"))
         .await

@@ -150,6 +150,18 @@ impl Index {
     }
 }
 
+/// One workload cluster whose etcd the prober should read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeTarget {
+    pub namespace: String,
+    pub cluster: String,
+    pub kcp: String,
+    /// The Cluster's `quorumguard.io/etcd-endpoints` annotation, if set.
+    pub endpoints_annotation: Option<String>,
+    /// InternalIPs of its control-plane Machines.
+    pub internal_ips: Vec<String>,
+}
+
 /// The latest etcd probe of one workload cluster.
 #[derive(Clone, Debug)]
 pub struct HealthEntry {
@@ -331,6 +343,51 @@ impl ClusterState {
         })
     }
 
+    /// What the etcd prober needs for each cluster with stacked etcd: one entry per Cluster,
+    /// with the endpoints annotation and the InternalIPs of its control-plane Machines.
+    pub fn probe_targets(&self) -> Vec<ProbeTarget> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        let mut out: BTreeMap<Key, ProbeTarget> = BTreeMap::new();
+        for (key, k) in &idx.kcps {
+            if k.kcp.etcd != crate::engine::EtcdTopology::Stacked {
+                continue;
+            }
+            let machines: Vec<&CapiMachine> = idx
+                .by_kcp
+                .get(key)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| idx.machines.get(&(key.0.clone(), m.clone())))
+                .collect();
+            let Some(cluster) = k
+                .cluster_name
+                .clone()
+                .or_else(|| machines.iter().find_map(|m| m.cluster_name.clone()))
+            else {
+                continue;
+            };
+            let ckey = (key.0.clone(), cluster.clone());
+            let annotation = idx
+                .clusters
+                .get(&ckey)
+                .and_then(|c| c.etcd_endpoints.clone());
+            let mut ips: Vec<String> = machines
+                .iter()
+                .flat_map(|m| m.internal_ips.iter().cloned())
+                .collect();
+            ips.sort();
+            ips.dedup();
+            out.entry(ckey).or_insert(ProbeTarget {
+                namespace: key.0.clone(),
+                cluster,
+                kcp: key.1.clone(),
+                endpoints_annotation: annotation,
+                internal_ips: ips,
+            });
+        }
+        out.into_values().collect()
+    }
+
     /// Every KCP the caches hold, as `(namespace, name)`.
     pub fn kcps(&self) -> Vec<Key> {
         let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
@@ -360,5 +417,117 @@ impl ClusterState {
     fn write_index(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
         // A panic while holding the lock leaves the index consistent per operation: keep going.
         self.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi;
+    use serde_json::json;
+
+    fn machine(name: &str, ip: &str) -> Object {
+        Object::Machine(
+            capi::parse_machine(&json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": name, "namespace": "ns", "labels": {
+                    "cluster.x-k8s.io/control-plane": "",
+                    "cluster.x-k8s.io/cluster-name": "c1",
+                    "cluster.x-k8s.io/control-plane-name": "kcp"}},
+                "spec": {"clusterName": "c1"},
+                "status": {"nodeRef": {"name": name},
+                           "addresses": [{"type": "InternalIP", "address": ip}]}
+            }))
+            .expect("machine"),
+        )
+    }
+
+    fn kcp() -> Object {
+        Object::Kcp(
+            capi::parse_kcp(&json!({
+                "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
+                "kind": "KubeadmControlPlane",
+                "metadata": {"name": "kcp", "namespace": "ns",
+                             "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+                "spec": {"replicas": 3, "version": "v1.33.0"}
+            }))
+            .expect("kcp"),
+        )
+    }
+
+    fn synced_state() -> ClusterState {
+        let s = ClusterState::new();
+        for kind in Kind::ALL {
+            s.relist_start(kind);
+        }
+        s.apply(kcp());
+        s.apply(machine("m1", "10.0.0.1"));
+        s.apply(machine("m2", "10.0.0.2"));
+        for kind in Kind::ALL {
+            s.relist_done(kind);
+        }
+        s
+    }
+
+    #[test]
+    fn control_plane_from_the_index_and_health() {
+        let s = ClusterState::new();
+        assert_eq!(
+            s.control_plane("ns", "kcp", Instant::now()),
+            Err(Lookup::NotSynced)
+        );
+        let s = synced_state();
+        assert_eq!(
+            s.control_plane("ns", "other", Instant::now()),
+            Err(Lookup::NoSuchKcp)
+        );
+        let cp = s.control_plane("ns", "kcp", Instant::now()).expect("cp");
+        assert_eq!(cp.machines.len(), 2);
+        assert_eq!(cp.cluster.name, "c1");
+        assert!(matches!(cp.etcd, EtcdState::Unknown { .. }));
+        s.set_probe_error("ns", "c1", "connection refused".into());
+        match s
+            .control_plane("ns", "kcp", Instant::now())
+            .expect("cp")
+            .etcd
+        {
+            EtcdState::Unknown { reason } => assert_eq!(reason, "connection refused"),
+            other => panic!("{other:?}"),
+        }
+        let taken = Instant::now();
+        s.set_health("ns", "c1", vec![Member::new(1, "m1")], taken);
+        match s.control_plane("ns", "kcp", taken).expect("cp").etcd {
+            EtcdState::Observed(snap) => {
+                assert_eq!(snap.members.len(), 1);
+                assert_eq!(snap.age, Some(std::time::Duration::ZERO));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn relist_replaces_and_deletes_remove() {
+        let s = synced_state();
+        // A relist that no longer holds m2 drops it; a delete drops m1.
+        s.relist_start(Kind::Machine);
+        s.apply(machine("m1", "10.0.0.1"));
+        // During the relist the old view still answers.
+        assert_eq!(s.machine_deleting("ns", "m2"), Some(false));
+        s.relist_done(Kind::Machine);
+        assert_eq!(s.machine_deleting("ns", "m2"), None);
+        s.delete(Kind::Machine, "ns", "m1");
+        let cp = s.control_plane("ns", "kcp", Instant::now()).expect("cp");
+        assert!(cp.machines.is_empty());
+    }
+
+    #[test]
+    fn probe_targets_one_per_cluster_with_addresses() {
+        let s = synced_state();
+        let t = s.probe_targets();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].cluster, "c1");
+        assert_eq!(t[0].kcp, "kcp");
+        assert_eq!(t[0].internal_ips, ["10.0.0.1", "10.0.0.2"]);
+        assert_eq!(t[0].endpoints_annotation, None);
     }
 }
