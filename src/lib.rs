@@ -8,6 +8,7 @@ pub mod certs;
 pub mod cli;
 pub mod dumps;
 pub mod engine;
+pub mod etcd;
 pub mod server;
 pub mod state;
 pub mod telemetry;

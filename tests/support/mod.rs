@@ -3,5 +3,6 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod apiserver;
+pub mod etcd;
 pub mod https;
 pub mod kit;

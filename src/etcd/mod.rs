@@ -1,0 +1,16 @@
+//! Reading a workload cluster's etcd — never writing to it.
+//!
+//! - [`certs`]: a client certificate signed with the cluster's etcd CA, as KCP does.
+//! - [`endpoints`]: where to reach etcd ([`Transport`], [`endpoints_for`]).
+//! - [`prober`]: one probe = the member list, the alarms, and every member's status and health,
+//!   asked in parallel under one deadline, turned into the engine's [`Member`]s.
+//!
+//! [`Member`]: crate::engine::model::Member
+
+pub mod certs;
+pub mod endpoints;
+pub mod prober;
+
+pub use certs::{CertError, ClientCert, sign_client_cert};
+pub use endpoints::{ETCD_ENDPOINTS_ANNOTATION, Transport, endpoints_for};
+pub use prober::{ClientTls, Probe, ProbeError, Prober, TlsError, probe};

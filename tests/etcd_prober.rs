@@ -1,0 +1,610 @@
+//! The etcd prober against a REAL etcd 3.4 cluster on 127.0.0.1 with TLS (tests/support/etcd.rs):
+//! healthy, a frozen member, a killed member, a removed member, learners, quorum loss, and
+//! client certificates accepted and refused.
+//!
+//! Clusters run one at a time (the support's slot), so the file takes the sum of its tests:
+//! each starts 3 members in about a second, and membership changes wait for etcd's 5 s
+//! peer-connectivity check.
+
+mod support;
+
+use std::time::{Duration, Instant, SystemTime};
+
+use quorumguard::engine::model::{Alarm, Health, Member};
+use quorumguard::etcd::certs::sign_client_cert;
+use quorumguard::etcd::{ClientTls, Probe, ProbeError, Prober, probe};
+use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
+use support::etcd::EtcdCluster;
+
+/// The deadline of the probes here, and what a probe may take beyond it (scheduling on a busy
+/// 2-core machine; a bound, not a benchmark).
+const DEADLINE: Duration = Duration::from_secs(1);
+const MARGIN: Duration = Duration::from_millis(500);
+/// How long a test waits for etcd to settle after a fault (an election, a step-down).
+const SETTLE: Duration = Duration::from_secs(10);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// Probes once and checks the probe ended within the deadline plus the margin.
+fn probe_once(rt: &tokio::runtime::Runtime, prober: &Prober, endpoints: &[String]) -> Probe {
+    let started = Instant::now();
+    let result = rt.block_on(prober.probe(endpoints, DEADLINE));
+    let took = started.elapsed();
+    assert!(
+        took < DEADLINE + MARGIN,
+        "the probe took {took:?}, more than {DEADLINE:?} + {MARGIN:?}: {result:?}"
+    );
+    match result {
+        Ok(p) => p,
+        Err(e) => panic!("probe failed: {e}"),
+    }
+}
+
+/// Probes until `done` holds (bounded by [`SETTLE`]); returns the last probe.
+fn probe_until(
+    rt: &tokio::runtime::Runtime,
+    prober: &Prober,
+    endpoints: &[String],
+    what: &str,
+    done: impl Fn(&Probe) -> bool,
+) -> Probe {
+    let started = Instant::now();
+    loop {
+        let p = probe_once(rt, prober, endpoints);
+        if done(&p) {
+            return p;
+        }
+        assert!(
+            started.elapsed() < SETTLE,
+            "not {what} within {SETTLE:?}: {}",
+            show(&p)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn member<'a>(p: &'a Probe, name: &str) -> &'a Member {
+    p.members
+        .iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("no member {name:?} in {}", show(p)))
+}
+
+fn all_healthy(p: &Probe, names: &[&str]) -> bool {
+    names.iter().all(|n| member(p, n).health == Health::Healthy)
+        && p.members.iter().filter(|m| m.is_leader).count() == 1
+}
+
+fn unhealthy_text(m: &Member) -> &str {
+    match &m.health {
+        Health::Unhealthy(text) => text,
+        other => panic!("{} should be unhealthy, is {other:?}", m.display_name()),
+    }
+}
+
+fn show(p: &Probe) -> String {
+    let mut s = format!(
+        "took {:?}, member list from {}, warnings {:?}\n",
+        p.took, p.member_list_from, p.warnings
+    );
+    for m in &p.members {
+        s.push_str(&format!(
+            "  {} {:>16} learner={} leader={} {:?} v={:?} term={:?} index={:?} alarms={:?}\n",
+            m.display_name(),
+            m.id.to_string(),
+            m.is_learner,
+            m.is_leader,
+            m.health,
+            m.version,
+            m.raft_term,
+            m.raft_index,
+            m.alarms
+        ));
+    }
+    s
+}
+
+/// A healthy probe of `cluster`, and the index of a member that is not the leader (faults are
+/// injected into a follower so that no election muddles the result).
+fn healthy_follower(
+    rt: &tokio::runtime::Runtime,
+    prober: &Prober,
+    cluster: &EtcdCluster,
+) -> (Probe, usize) {
+    let names: Vec<String> = (0..cluster.len())
+        .map(|i| cluster.name(i).to_string())
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let p = probe_until(rt, prober, &cluster.endpoints(), "all healthy", |p| {
+        all_healthy(p, &names)
+    });
+    let follower = p
+        .members
+        .iter()
+        .find(|m| !m.is_leader)
+        .map(|m| cluster.index_of(&m.name))
+        .expect("a follower");
+    (p, follower)
+}
+
+#[test]
+fn healthy_cluster_lists_every_member_with_one_leader() {
+    let mut cluster = EtcdCluster::start(3);
+    let rt = runtime();
+    let prober = Prober::new(cluster.client_tls());
+    let endpoints = cluster.endpoints();
+    let (p, _) = healthy_follower(&rt, &prober, &cluster);
+    eprintln!("{}", show(&p));
+
+    let mut names: Vec<&str> = p.members.iter().map(|m| m.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["m1", "m2", "m3"]);
+    let mut expected: Vec<(u64, String)> = cluster
+        .member_list()
+        .into_iter()
+        .map(|(id, name, _)| (id, name))
+        .collect();
+    expected.sort();
+    let mut got: Vec<(u64, String)> = p.members.iter().map(|m| (m.id.0, m.name.clone())).collect();
+    got.sort();
+    assert_eq!(got, expected, "IDs as etcdctl lists them");
+    assert_eq!(p.members.iter().filter(|m| m.is_leader).count(), 1);
+    for m in &p.members {
+        assert_eq!(m.health, Health::Healthy, "{}", show(&p));
+        assert!(!m.is_learner);
+        assert!(
+            m.version.as_deref().is_some_and(|v| v.starts_with("3.4.")),
+            "{m:?}"
+        );
+        assert!(m.raft_index.is_some_and(|i| i > 0), "{m:?}");
+        assert!(m.raft_term.is_some_and(|t| t > 0), "{m:?}");
+        assert!(m.db_size.is_some_and(|s| s > 0), "{m:?}");
+        assert_eq!(
+            m.client_urls,
+            [cluster.client_url(cluster.index_of(&m.name))]
+        );
+        assert_eq!(m.peer_urls.len(), 1);
+        assert!(m.alarms.is_empty());
+    }
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    assert!(endpoints.contains(&p.member_list_from));
+
+    // Clients are kept between probes, one per endpoint, and reused.
+    assert_eq!(prober.cached_endpoints(), {
+        let mut e = endpoints.clone();
+        e.sort();
+        e
+    });
+    let again = probe_once(&rt, &prober, &endpoints);
+    assert!(all_healthy(&again, &["m1", "m2", "m3"]), "{}", show(&again));
+    assert_eq!(prober.cached_endpoints().len(), 3);
+
+    // The one-shot function works too.
+    let once = rt
+        .block_on(probe(&endpoints, &cluster.client_tls(), DEADLINE))
+        .expect("probe");
+    assert_eq!(once.members.len(), 3);
+}
+
+#[test]
+fn frozen_member_is_unhealthy_and_the_probe_keeps_its_deadline() {
+    let mut cluster = EtcdCluster::start(3);
+    let rt = runtime();
+    let prober = Prober::new(cluster.client_tls());
+    let (_, frozen) = healthy_follower(&rt, &prober, &cluster);
+    let frozen_name = cluster.name(frozen).to_string();
+    let others: Vec<String> = (0..3)
+        .filter(|&i| i != frozen)
+        .map(|i| cluster.name(i).to_string())
+        .collect();
+    // The frozen member first: it must not hold up the member list either.
+    let mut endpoints = vec![cluster.client_url(frozen)];
+    endpoints.extend(
+        (0..3)
+            .filter(|&i| i != frozen)
+            .map(|i| cluster.client_url(i)),
+    );
+
+    cluster.freeze(frozen);
+    // First with the client cached from before the freeze (a connection that now hangs), then
+    // with a new one (the TLS handshake hangs): both end by the deadline.
+    for round in ["cached client", "new client"] {
+        let p = probe_once(&rt, &prober, &endpoints);
+        eprintln!("{round}: {}", show(&p));
+        let m = member(&p, &frozen_name);
+        let text = unhealthy_text(m);
+        assert!(text.contains("no answer within 1s"), "{round}: {text}");
+        assert!(!m.is_leader);
+        for name in &others {
+            assert_eq!(
+                member(&p, name).health,
+                Health::Healthy,
+                "{round}: {}",
+                show(&p)
+            );
+        }
+        assert_ne!(p.member_list_from, cluster.client_url(frozen));
+    }
+
+    // All frozen: no member list. Endpoints are asked in turn, each after a head start of an
+    // eighth of the deadline, and the search ends at half the deadline, naming every endpoint.
+    for i in (0..3).filter(|&i| i != frozen) {
+        cluster.freeze(i);
+    }
+    let started = Instant::now();
+    let err = rt
+        .block_on(prober.probe(&endpoints, DEADLINE))
+        .expect_err("nobody answers");
+    eprintln!("all frozen: {err}");
+    assert!(
+        started.elapsed() < DEADLINE / 2 + MARGIN,
+        "{:?}",
+        started.elapsed()
+    );
+    let ProbeError::MemberList { attempts } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(attempts.len(), 3);
+    for a in attempts {
+        assert_eq!(a.error, "no answer within 500ms", "{a}");
+    }
+
+    for i in 0..3 {
+        cluster.thaw(i);
+    }
+    let p = probe_until(&rt, &prober, &endpoints, "healthy after thaw", |p| {
+        all_healthy(p, &["m1", "m2", "m3"])
+    });
+    assert_eq!(p.members.len(), 3);
+}
+
+#[test]
+fn killed_member_is_unhealthy_with_the_connection_error() {
+    let mut cluster = EtcdCluster::start(3);
+    let rt = runtime();
+    let prober = Prober::new(cluster.client_tls());
+    let (_, killed) = healthy_follower(&rt, &prober, &cluster);
+    let killed_name = cluster.name(killed).to_string();
+    let mut endpoints = vec![cluster.client_url(killed)];
+    endpoints.extend(
+        (0..3)
+            .filter(|&i| i != killed)
+            .map(|i| cluster.client_url(i)),
+    );
+
+    cluster.kill(killed);
+    let p = probe_once(&rt, &prober, &endpoints);
+    eprintln!("{}", show(&p));
+    let text = unhealthy_text(member(&p, &killed_name)).to_string();
+    assert!(
+        text.contains("Connection refused") || text.contains("connect"),
+        "the connection error: {text}"
+    );
+    assert_eq!(p.members.len(), 3, "a dead member is still a member");
+    for i in (0..3).filter(|&i| i != killed) {
+        assert_eq!(
+            member(&p, cluster.name(i)).health,
+            Health::Healthy,
+            "{}",
+            show(&p)
+        );
+    }
+    // The dead endpoint was asked first for the member list; the next one answered at once.
+    assert_eq!(p.member_list_from, endpoints[1]);
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.starts_with(&format!("member list: {}: ", endpoints[0]))),
+        "{:?}",
+        p.warnings
+    );
+    assert!(
+        p.took < DEADLINE / 2,
+        "a refused connection fails fast: {:?}",
+        p.took
+    );
+}
+
+#[test]
+fn removed_member_is_gone_from_the_list() {
+    let mut cluster = EtcdCluster::start(3);
+    let rt = runtime();
+    let prober = Prober::new(cluster.client_tls());
+    let (_, removed) = healthy_follower(&rt, &prober, &cluster);
+    let removed_name = cluster.name(removed).to_string();
+    let endpoints = cluster.endpoints();
+
+    assert!(
+        cluster.remove_member(removed),
+        "a removed member's process exits by itself"
+    );
+    let rest: Vec<String> = (0..3)
+        .filter(|&i| i != removed)
+        .map(|i| cluster.name(i).to_string())
+        .collect();
+    let p = probe_until(&rt, &prober, &endpoints, "two healthy members", |p| {
+        p.members.len() == 2 && all_healthy(p, &[&rest[0], &rest[1]])
+    });
+    eprintln!("{}", show(&p));
+    assert!(p.members.iter().all(|m| m.name != removed_name));
+    // The removed member's endpoint is still passed; it cannot answer, another one did.
+    assert_ne!(p.member_list_from, cluster.client_url(removed));
+
+    // Once the caller stops passing the removed member's endpoint, its client is dropped.
+    let removed_url = cluster.client_url(removed);
+    let rest_endpoints: Vec<String> = endpoints
+        .into_iter()
+        .filter(|e| *e != removed_url)
+        .collect();
+    probe_once(&rt, &prober, &rest_endpoints);
+    let mut expected = rest_endpoints.clone();
+    expected.sort();
+    assert_eq!(prober.cached_endpoints(), expected);
+}
+
+#[test]
+fn learners_unstarted_and_started() {
+    let mut cluster = EtcdCluster::start(3);
+    let rt = runtime();
+    let prober = Prober::new(cluster.client_tls());
+    healthy_follower(&rt, &prober, &cluster);
+
+    // Added, not started: no name, no client URLs; it stays in the list with unknown health.
+    let learner = cluster.add_learner("m4");
+    let p = probe_once(&rt, &prober, &cluster.endpoints()[..3]);
+    eprintln!("unstarted: {}", show(&p));
+    assert_eq!(p.members.len(), 4);
+    let unstarted = p
+        .members
+        .iter()
+        .find(|m| m.is_unstarted())
+        .expect("an unstarted member");
+    assert_eq!(unstarted.name, "");
+    assert!(unstarted.client_urls.is_empty());
+    assert!(unstarted.is_learner);
+    assert_eq!(unstarted.health, Health::Unknown);
+    assert!(matches!(unstarted.effective_health(), Health::Unhealthy(_)));
+    assert!(all_healthy(&p, &["m1", "m2", "m3"]), "{}", show(&p));
+    let unstarted_id = unstarted.id;
+
+    // Started: a learner with a name; judged by its status (it refuses linearizable reads) and
+    // it refuses the member list, so the next endpoint answers it.
+    cluster.start_member(learner);
+    let mut endpoints = vec![cluster.client_url(learner)];
+    endpoints.extend(cluster.endpoints()[..3].iter().cloned());
+    let p = probe_until(&rt, &prober, &endpoints, "the learner healthy", |p| {
+        p.members
+            .iter()
+            .any(|m| m.name == "m4" && m.health == Health::Healthy)
+    });
+    eprintln!("started: {}", show(&p));
+    let m4 = member(&p, "m4");
+    assert_eq!(m4.id, unstarted_id);
+    assert!(m4.is_learner);
+    assert!(!m4.is_leader);
+    assert_eq!(m4.client_urls, [cluster.client_url(learner)]);
+    assert!(m4.version.as_deref().is_some_and(|v| v.starts_with("3.4.")));
+    assert!(all_healthy(&p, &["m1", "m2", "m3"]), "{}", show(&p));
+    assert_ne!(p.member_list_from, cluster.client_url(learner));
+    let refused = format!("member list: {}: ", cluster.client_url(learner));
+    let warning = p
+        .warnings
+        .iter()
+        .find(|w| w.starts_with(&refused))
+        .unwrap_or_else(|| panic!("the learner's refusal in {:?}", p.warnings));
+    assert!(
+        warning.contains("rpc not supported for learner"),
+        "{warning}"
+    );
+}
+
+/// What etcd 3.4.23 really does with 2 of 3 members killed: the survivor still answers the
+/// member list (3.4 serves it locally, without quorum) and its status, with
+/// `errors: ["etcdserver: no leader"]` once its election timeout has passed (until then it still
+/// names the dead leader, and only its hanging read shows the trouble); its linearizable read
+/// and the alarm list (which goes through raft) hang. So the probe succeeds, lists all three
+/// members, and marks every one of them unhealthy — quickly, because neither hanging call is
+/// waited for once the status has spoken.
+#[test]
+fn quorum_lost_on_etcd_3_4_lists_members_and_marks_the_survivor_unhealthy() {
+    let mut cluster = EtcdCluster::start(3);
+    let rt = runtime();
+    let prober = Prober::new(cluster.client_tls());
+    let (_, survivor) = healthy_follower(&rt, &prober, &cluster);
+    let endpoints = cluster.endpoints();
+    for i in (0..3).filter(|&i| i != survivor) {
+        cluster.kill(i);
+    }
+    let survivor_name = cluster.name(survivor).to_string();
+    // etcd 3.4 still serves the member list without quorum; the survivor's status says
+    // "etcdserver: no leader" once its election timeout has passed.
+    let p = probe_until(
+        &rt,
+        &prober,
+        &endpoints,
+        "the survivor without leader",
+        |p| matches!(&member(p, &survivor_name).health, Health::Unhealthy(t) if t.contains("no leader")),
+    );
+    eprintln!("{}", show(&p));
+    assert_eq!(p.members.len(), 3);
+    assert!(
+        p.members
+            .iter()
+            .all(|m| matches!(m.health, Health::Unhealthy(_)))
+    );
+    assert_eq!(
+        unhealthy_text(member(&p, &survivor_name)),
+        "etcdserver: no leader"
+    );
+    assert!(p.members.iter().all(|m| !m.is_leader));
+    assert_eq!(p.member_list_from, cluster.client_url(survivor));
+    // The status answers at once; the hanging read and alarm list are not waited for.
+    assert!(p.took < DEADLINE / 2, "took {:?}", p.took);
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("alarm list") && w.contains("no member has a leader")),
+        "{:?}",
+        p.warnings
+    );
+
+    // All down: no member list, and the error names every endpoint and its error.
+    cluster.kill(survivor);
+    let started = Instant::now();
+    let err = rt
+        .block_on(prober.probe(&endpoints, DEADLINE))
+        .expect_err("nobody answers");
+    eprintln!("all down: {err}");
+    assert!(
+        started.elapsed() < DEADLINE / 2,
+        "refused connections fail fast"
+    );
+    let ProbeError::MemberList { attempts } = &err else {
+        panic!("{err}")
+    };
+    let named: Vec<&str> = attempts.iter().map(|a| a.endpoint.as_str()).collect();
+    assert_eq!(
+        named,
+        endpoints.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    for a in attempts {
+        assert!(a.error.contains("Connection refused"), "{a}");
+    }
+}
+
+#[test]
+fn nospace_alarm_attaches_to_the_member_it_names() {
+    // A 1 MiB backend quota fills after a few puts (written with etcdctl, never by the prober).
+    let mut cluster = EtcdCluster::start_with_flags(3, &["--quota-backend-bytes=1048576"]);
+    let rt = runtime();
+    let prober = Prober::new(cluster.client_tls());
+    let endpoints = cluster.endpoints();
+    healthy_follower(&rt, &prober, &cluster);
+    let blob = "x".repeat(100_000);
+    let mut refused = false;
+    for i in 0..40 {
+        if let Err(e) = cluster.etcdctl(&endpoints[..1], &["put", &format!("/blob/{i}"), &blob]) {
+            assert!(e.contains("database space exceeded"), "{e}");
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "the quota was never reached");
+    let listed = cluster.member_list();
+    let p = probe_until(&rt, &prober, &endpoints, "a NOSPACE alarm", |p| {
+        p.members.iter().any(|m| m.alarms.contains(&Alarm::NoSpace))
+    });
+    eprintln!("{}", show(&p));
+    let alarmed: Vec<&Member> = p.members.iter().filter(|m| !m.alarms.is_empty()).collect();
+    assert!(!alarmed.is_empty());
+    for m in &alarmed {
+        assert_eq!(m.alarms, [Alarm::NoSpace]);
+        assert!(listed.iter().any(|(id, _, _)| *id == m.id.0));
+        assert_eq!(
+            m.effective_health(),
+            Health::Unhealthy("alarm NOSPACE".to_string())
+        );
+    }
+    // Every member repeats the alarm in its status errors; that does not make it unhealthy.
+    for m in p.members.iter().filter(|m| m.alarms.is_empty()) {
+        assert_eq!(m.health, Health::Healthy, "{}", show(&p));
+    }
+    assert_eq!(p.members.iter().filter(|m| m.is_leader).count(), 1);
+}
+
+#[test]
+fn client_certificates_from_the_cluster_ca_are_accepted_and_others_refused() {
+    let cluster = EtcdCluster::start(3);
+    let rt = runtime();
+    let endpoints = cluster.endpoints();
+
+    // Signed by quorumguard with the cluster's CA (RSA PKCS#1, like Cluster API's): accepted.
+    let ok = Prober::new(cluster.client_tls());
+    let p = probe_once(&rt, &ok, &endpoints);
+    assert_eq!(p.members.len(), 3);
+
+    // A client certificate from another CA: etcd refuses the handshake.
+    let key = KeyPair::generate().expect("key");
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "etcd-ca");
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let other_ca = params.self_signed(&key).expect("another CA").pem();
+    let other = sign_client_cert(
+        &other_ca,
+        &key.serialize_pem(),
+        "quorumguard",
+        SystemTime::now(),
+    )
+    .expect("sign with the other CA");
+    let tls = ClientTls::new(&cluster.pki.ca_cert_pem, other.cert_pem, other.key_pem)
+        .expect("TLS material");
+    let refused = Prober::new(tls);
+    // TLS 1.3: etcd checks the client certificate after the handshake has completed on the
+    // client's side, so its alert races the first request: about half the attempts report the
+    // alert, the others only the connection closing (closed, broken pipe) with a hint. A few
+    // probes (milliseconds each) show the alert.
+    let mut errors = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let err = rt
+            .block_on(refused.probe(&endpoints, DEADLINE))
+            .expect_err("refused");
+        assert!(started.elapsed() < DEADLINE + MARGIN);
+        eprintln!("foreign client certificate: {err}");
+        let ProbeError::MemberList { attempts } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(attempts.len(), 3, "every endpoint is named: {err}");
+        for a in attempts {
+            assert!(endpoints.contains(&a.endpoint), "{a}");
+            assert!(
+                a.error.contains("received fatal alert: BadCertificate")
+                    || a.error
+                        .contains("is the client certificate signed by its CA?"),
+                "{a}"
+            );
+        }
+        errors.push(err.to_string());
+        if errors.last().is_some_and(|e| e.contains("BadCertificate")) {
+            break;
+        }
+    }
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("received fatal alert: BadCertificate")),
+        "names the TLS problem: {errors:?}"
+    );
+
+    // Our certificate, but trusting another CA for etcd's serving certificate: we refuse etcd.
+    let ours = sign_client_cert(
+        &cluster.pki.ca_cert_pem,
+        &cluster.pki.ca_key_pem,
+        "quorumguard",
+        SystemTime::now(),
+    )
+    .expect("sign");
+    let wrong_trust = ClientTls::new(other_ca, ours.cert_pem, ours.key_pem).expect("TLS material");
+    let err = rt
+        .block_on(Prober::new(wrong_trust).probe(&endpoints, DEADLINE))
+        .expect_err("server not trusted");
+    eprintln!("untrusted server: {err}");
+    let ProbeError::MemberList { attempts } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(attempts.len(), 3);
+    for a in attempts {
+        assert!(
+            a.error.contains("invalid peer certificate: UnknownIssuer"),
+            "{a}"
+        );
+    }
+}
