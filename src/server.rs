@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::admission::{Webhook, events};
 use crate::engine::Policy;
+use crate::etcd::sweep::{self, SweepConfig};
 use crate::state::{ClusterState, Kind, watch};
 use crate::telemetry::{Metrics, Readiness, admin_router};
 use crate::tls;
@@ -38,6 +39,9 @@ pub struct ServeConfig {
     pub pod_name: Option<String>,
     /// Publish Events for denials and break-glass uses.
     pub events: bool,
+    /// Probe every workload cluster's etcd on a timer (`None`: health stays unknown, for tests
+    /// that set it themselves).
+    pub sweep: Option<SweepConfig>,
 }
 
 /// Why the server could not start.
@@ -97,6 +101,10 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
             })
             .await;
         }));
+    }
+
+    if let Some(cfg) = config.sweep.clone() {
+        tasks.push(tokio::spawn(sweep::run(client.clone(), state.clone(), cfg)));
     }
 
     let tls_config = tls::load(&config.tls_cert, &config.tls_key).await?;

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use crate::engine::{DEFAULT_KCP_CONTROLLER, DEFAULT_TEARDOWN, OnUnknownHealth, Policy};
+use crate::etcd::sweep::SweepConfig;
 use crate::server::{self, ServeConfig};
 use crate::telemetry::{self, LogFormat};
 
@@ -120,6 +121,19 @@ pub struct ServeArgs {
     /// Do not publish Kubernetes Events for denials and break-glass uses.
     #[arg(long, env = "QUORUMGUARD_NO_EVENTS")]
     pub no_events: bool,
+    /// Time between two sweeps of every workload cluster's etcd (a Machine appearing or going
+    /// triggers one sooner).
+    #[arg(long, env = "QUORUMGUARD_PROBE_INTERVAL", default_value = "10s", value_parser = duration)]
+    pub probe_interval: Duration,
+    /// Deadline of one cluster's probe (member list, then every member in parallel).
+    #[arg(long, env = "QUORUMGUARD_PROBE_TIMEOUT", default_value = "2s", value_parser = duration)]
+    pub probe_timeout: Duration,
+    /// Clusters probed at once.
+    #[arg(long, env = "QUORUMGUARD_PROBE_CONCURRENCY", default_value_t = 16)]
+    pub probe_concurrency: usize,
+    /// Do not probe etcd (every decision that needs health is then HealthUnknown).
+    #[arg(long, env = "QUORUMGUARD_NO_PROBE")]
+    pub no_probe: bool,
 }
 
 impl ServeArgs {
@@ -143,6 +157,11 @@ impl ServeArgs {
             shutdown_grace: self.shutdown_grace,
             pod_name: self.pod_name.clone(),
             events: !self.no_events,
+            sweep: (!self.no_probe).then_some(SweepConfig {
+                interval: self.probe_interval,
+                deadline: self.probe_timeout,
+                concurrency: self.probe_concurrency,
+            }),
         }
     }
 }

@@ -4,12 +4,14 @@
 //! - [`endpoints`]: where to reach etcd ([`Transport`], [`endpoints_for`]).
 //! - [`prober`]: one probe = the member list, the alarms, and every member's status and health,
 //!   asked in parallel under one deadline, turned into the engine's [`Member`]s.
+//! - [`sweep`]: probe every cluster on a timer and hand the results to the webhook's state.
 //!
 //! [`Member`]: crate::engine::model::Member
 
 pub mod certs;
 pub mod endpoints;
 pub mod prober;
+pub mod sweep;
 
 pub use certs::{CertError, ClientCert, sign_client_cert};
 pub use endpoints::{ETCD_ENDPOINTS_ANNOTATION, Transport, endpoints_for};

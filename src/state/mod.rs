@@ -178,6 +178,8 @@ pub struct ClusterState {
     health: RwLock<HashMap<Key, HealthEntry>>,
     /// Cluster key -> why the last probe failed, when it did.
     probe_errors: RwLock<HashMap<Key, String>>,
+    /// Notified when a control-plane Machine appears or goes: the prober sweeps soon after.
+    machines_changed: tokio::sync::Notify,
 }
 
 /// Why no control plane could be built for a review.
@@ -198,10 +200,20 @@ impl ClusterState {
     pub fn apply(&self, o: Object) {
         let kind = o.kind();
         let mut idx = self.write_index();
+        let new_machine = kind == Kind::Machine && !idx.machines.contains_key(&key_of(&o));
         match &mut idx.relist[kind.index()] {
             Some(buf) => buf.push(o),
             None => idx.upsert(o),
         }
+        drop(idx);
+        if new_machine {
+            self.machines_changed.notify_one();
+        }
+    }
+
+    /// Wakes when a control-plane Machine appears or goes.
+    pub fn machines_changed(&self) -> &tokio::sync::Notify {
+        &self.machines_changed
     }
 
     /// An object is gone.
@@ -212,6 +224,10 @@ impl ClusterState {
             buf.retain(|o| key_of(o) != key);
         }
         idx.remove(kind, &key);
+        drop(idx);
+        if kind == Kind::Machine {
+            self.machines_changed.notify_one();
+        }
     }
 
     /// A relist of `kind` starts: objects until [`ClusterState::relist_done`] replace the kind.

@@ -1,0 +1,233 @@
+//! The webhook deciding on live etcd health: a real 3-member etcd cluster with TLS on loopback,
+//! the API-server stand-in holding the Cluster, KCP, Machines and the `<cluster>-etcd` CA Secret,
+//! and `serve` with its prober sweeping (direct transport via the Cluster's endpoints annotation).
+//! Freeze a member and a deletion that needs it is denied within a probe interval; thaw it and
+//! the same request is allowed again.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use quorumguard::engine::{EtcdState, Policy};
+use quorumguard::etcd::sweep::SweepConfig;
+use quorumguard::server::{self, Running, ServeConfig};
+use serde_json::{Value, json};
+use support::apiserver::ApiServer;
+use support::etcd::EtcdCluster;
+use support::https::{TempDir, TestPki, post};
+
+const NS: &str = "capi-test";
+const KCP_CONTROLLER: &str =
+    "system:serviceaccount:capi-kubeadm-control-plane-system:capi-kubeadm-control-plane-manager";
+
+fn fixture(name: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/admission-reviews/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("read fixture")).expect("json")
+}
+
+fn strip(mut v: Value) -> Value {
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for k in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+        ] {
+            m.remove(k);
+        }
+    }
+    v
+}
+
+/// The fixture Machine renamed to `test-{member}`, its node named like the etcd member.
+fn machine(member: &str) -> Value {
+    let mut m = fixture("machine-delete-by-user.json")["request"]["oldObject"].clone();
+    m["metadata"]["name"] = json!(format!("test-{member}"));
+    m["status"]["nodeRef"]["name"] = json!(member);
+    m
+}
+
+async fn delete(running: &Running, pki: &TestPki, member: &str, user: &str) -> (bool, String) {
+    let mut r = fixture("machine-delete-by-user.json");
+    r["request"]["name"] = json!(format!("test-{member}"));
+    r["request"]["userInfo"]["username"] = json!(user);
+    r["request"]["oldObject"] = machine(member);
+    let (code, body) = post(
+        running.addr,
+        pki.client(&[b"h2"]),
+        "/validate/machines",
+        "application/json",
+        serde_json::to_vec(&r).expect("json"),
+    )
+    .await;
+    assert_eq!(code.as_u16(), 200);
+    let v: Value = serde_json::from_slice(&body).expect("review");
+    (
+        v["response"]["allowed"].as_bool().expect("allowed"),
+        v["response"]["auditAnnotations"]["reason"]
+            .as_str()
+            .expect("reason")
+            .to_string(),
+    )
+}
+
+/// Healthy members the webhook's state holds for cluster `test`.
+fn healthy_members(running: &Running) -> Option<usize> {
+    match running
+        .state
+        .control_plane(NS, "test-controlplane", Instant::now())
+        .ok()?
+        .etcd
+    {
+        EtcdState::Observed(s) => Some(s.members.iter().filter(|m| m.health.is_healthy()).count()),
+        EtcdState::Unknown { .. } => None,
+    }
+}
+
+async fn wait_for(what: &str, bound: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + bound;
+    for _ in 0..1000 {
+        if done() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("gave up waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletions_follow_live_etcd_health() {
+    let mut etcd = EtcdCluster::start(3);
+    let api = ApiServer::start().await.expect("stand-in");
+    api.insert(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "test", "namespace": NS,
+                     "annotations": {"quorumguard.io/etcd-endpoints": etcd.endpoints().join(",")}},
+        "spec": {"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
+                 "kind": "KubeadmControlPlane", "name": "test-controlplane"}},
+    }))
+    .expect("cluster");
+    api.insert(strip(
+        fixture("kcp-update-version.json")["request"]["oldObject"].clone(),
+    ))
+    .expect("kcp");
+    let members: Vec<String> = (0..3).map(|i| etcd.name(i).to_string()).collect();
+    for m in &members {
+        api.insert(strip(machine(m))).expect("machine");
+    }
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("test-etcd".into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        data: Some(
+            [
+                (
+                    "tls.crt".to_string(),
+                    ByteString(etcd.pki.ca_cert_pem.clone().into_bytes()),
+                ),
+                (
+                    "tls.key".to_string(),
+                    ByteString(etcd.pki.ca_key_pem.clone().into_bytes()),
+                ),
+            ]
+            .into(),
+        ),
+        type_: Some("kubernetes.io/tls".into()),
+        ..Default::default()
+    };
+    api.insert(serde_json::to_value(&secret).expect("secret json"))
+        .expect("secret");
+
+    let dir = TempDir::new("live");
+    let pki = TestPki::new(dir.path());
+    let interval = Duration::from_millis(500);
+    let config = ServeConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        admin_listen: "127.0.0.1:0".parse().expect("addr"),
+        tls_cert: pki.cert_file.clone(),
+        tls_key: pki.key_file.clone(),
+        tls_reload_interval: Duration::from_secs(1),
+        policy: Policy::default(),
+        // Deletions allowed here are never carried out (no KCP acts on them): let their
+        // reservations lapse quickly so each step is judged on etcd health alone.
+        reservation_ttl: Duration::from_millis(300),
+        shutdown_delay: Duration::from_millis(50),
+        shutdown_grace: Duration::from_secs(2),
+        pod_name: None,
+        events: false,
+        sweep: Some(SweepConfig {
+            interval,
+            deadline: Duration::from_secs(1),
+            concurrency: 4,
+        }),
+    };
+    let running = server::start(config, api.client().expect("client"))
+        .await
+        .expect("start");
+    wait_for("3 healthy members probed", Duration::from_secs(20), || {
+        healthy_members(&running) == Some(3)
+    })
+    .await;
+
+    let (a, c) = (members[0].as_str(), members[2].as_str());
+    // Healthy: the KCP controller may remove a member; a human is held to the replicas.
+    assert_eq!(
+        delete(&running, &pki, a, KCP_CONTROLLER).await,
+        (true, "QuorumSafe".into())
+    );
+    assert_eq!(
+        delete(&running, &pki, a, "jane@example.com").await,
+        (false, "BelowDesiredReplicas".into())
+    );
+
+    // Freeze c: within a probe interval (plus the probe deadline) the guard knows.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    etcd.freeze(2);
+    let frozen_at = Instant::now();
+    wait_for(
+        "the frozen member seen unhealthy",
+        interval * 2 + Duration::from_secs(2),
+        || healthy_members(&running) == Some(2),
+    )
+    .await;
+    let seen_after = frozen_at.elapsed();
+    assert_eq!(
+        delete(&running, &pki, a, KCP_CONTROLLER).await,
+        (false, "WouldLoseQuorum".into()),
+        "removing a healthy member while {c} is frozen would lose quorum"
+    );
+    assert_eq!(
+        delete(&running, &pki, a, "jane@example.com").await,
+        (false, "WouldLoseQuorum".into())
+    );
+    // Removing the frozen member's Machine is the way forward, and is allowed.
+    assert_eq!(
+        delete(&running, &pki, c, KCP_CONTROLLER).await,
+        (true, "QuorumSafe".into())
+    );
+
+    // Thaw: allowed again once a sweep sees it.
+    etcd.thaw(2);
+    wait_for(
+        "the member healthy again",
+        interval * 2 + Duration::from_secs(5),
+        || healthy_members(&running) == Some(3),
+    )
+    .await;
+    assert_eq!(
+        delete(&running, &pki, a, KCP_CONTROLLER).await,
+        (true, "QuorumSafe".into()),
+        "allowed again after thaw"
+    );
+    println!("frozen member seen unhealthy after {seen_after:?} (probe interval {interval:?})");
+    running.shutdown().await;
+}
