@@ -98,7 +98,7 @@ impl Webhook {
             }
             Subject::MachineDelete { machine, .. } => {
                 let Some(kcp) = machine.control_plane_name.clone() else {
-                    return self.unguarded(d, "NoControlPlane");
+                    return unguarded();
                 };
                 (kcp, Operation::DeleteMachine(machine.machine.clone()))
             }
@@ -122,7 +122,7 @@ impl Webhook {
         let mut reservations = self.reservations.lock().unwrap_or_else(|e| e.into_inner());
         let mut cp = match self.state.control_plane(&key.0, &key.1, now) {
             Ok(cp) => cp,
-            Err(Lookup::NoSuchKcp) => return self.unguarded(d, "NoControlPlane"),
+            Err(Lookup::NoSuchKcp) => return unguarded(),
             Err(Lookup::NotSynced) => return self.not_synced(d),
         };
         if let Subject::KcpUpdate {
@@ -150,15 +150,6 @@ impl Webhook {
             allowed: verdict.allowed,
             reason: verdict.reason.as_str().to_string(),
             verdict: Some(verdict),
-        }
-    }
-
-    /// No KCP guards this object: allowed, said in a warning.
-    fn unguarded(&self, _d: &Decoded, reason: &str) -> Outcome {
-        Outcome {
-            allowed: true,
-            reason: reason.into(),
-            verdict: None,
         }
     }
 
@@ -215,6 +206,15 @@ impl Webhook {
             },
             note,
         });
+    }
+}
+
+/// No KCP guards this object: allowed, said in a warning.
+fn unguarded() -> Outcome {
+    Outcome {
+        allowed: true,
+        reason: "NoControlPlane".into(),
+        verdict: None,
     }
 }
 
