@@ -11,5 +11,6 @@ pub mod engine;
 pub mod etcd;
 pub mod server;
 pub mod state;
+pub mod status;
 pub mod telemetry;
 pub mod tls;
