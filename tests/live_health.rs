@@ -17,40 +17,13 @@ use serde_json::{Value, json};
 use support::apiserver::ApiServer;
 use support::etcd::EtcdCluster;
 use support::https::{TempDir, TestPki, post};
-
-const NS: &str = "capi-test";
-const KCP_CONTROLLER: &str =
-    "system:serviceaccount:capi-kubeadm-control-plane-system:capi-kubeadm-control-plane-manager";
-
-fn fixture(name: &str) -> Value {
-    let path = format!(
-        "{}/tests/fixtures/admission-reviews/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    serde_json::from_str(&std::fs::read_to_string(&path).expect("read fixture")).expect("json")
-}
-
-fn strip(mut v: Value) -> Value {
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        for k in [
-            "resourceVersion",
-            "uid",
-            "creationTimestamp",
-            "generation",
-            "managedFields",
-        ] {
-            m.remove(k);
-        }
-    }
-    v
-}
+use support::reviews::{
+    KCP_CONTROLLER, NS, cluster_object, fixture, kcp_object, machine_named, stored,
+};
 
 /// The fixture Machine renamed to `test-{member}`, its node named like the etcd member.
 fn machine(member: &str) -> Value {
-    let mut m = fixture("machine-delete-by-user.json")["request"]["oldObject"].clone();
-    m["metadata"]["name"] = json!(format!("test-{member}"));
-    m["status"]["nodeRef"]["name"] = json!(member);
-    m
+    machine_named(&format!("test-{member}"), member)
 }
 
 async fn delete(running: &Running, pki: &TestPki, member: &str, user: &str) -> (bool, String) {
@@ -106,21 +79,14 @@ async fn wait_for(what: &str, bound: Duration, mut done: impl FnMut() -> bool) {
 async fn deletions_follow_live_etcd_health() {
     let mut etcd = EtcdCluster::start(3);
     let api = ApiServer::start().await.expect("stand-in");
-    api.insert(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-        "metadata": {"name": "test", "namespace": NS,
-                     "annotations": {"quorumguard.io/etcd-endpoints": etcd.endpoints().join(",")}},
-        "spec": {"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
-                 "kind": "KubeadmControlPlane", "name": "test-controlplane"}},
-    }))
-    .expect("cluster");
-    api.insert(strip(
-        fixture("kcp-update-version.json")["request"]["oldObject"].clone(),
+    api.insert(cluster_object(
+        json!({"quorumguard.io/etcd-endpoints": etcd.endpoints().join(",")}),
     ))
-    .expect("kcp");
+    .expect("cluster");
+    api.insert(stored(kcp_object())).expect("kcp");
     let members: Vec<String> = (0..3).map(|i| etcd.name(i).to_string()).collect();
     for m in &members {
-        api.insert(strip(machine(m))).expect("machine");
+        api.insert(stored(machine(m))).expect("machine");
     }
     let secret = Secret {
         metadata: kube::api::ObjectMeta {

@@ -15,54 +15,13 @@ use quorumguard::server::{self, Running, ServeConfig};
 use serde_json::{Value, json};
 use support::apiserver::ApiServer;
 use support::https::{STEP, TempDir, TestPki, get_plain, post};
+use support::reviews::{
+    KCP_CONTROLLER, NS, cluster_object, fixture, kcp_object, machine_named, stored,
+};
 
-const NS: &str = "capi-test";
-const KCP_CONTROLLER: &str =
-    "system:serviceaccount:capi-kubeadm-control-plane-system:capi-kubeadm-control-plane-manager";
-
-fn fixture(name: &str) -> Value {
-    let path = format!(
-        "{}/tests/fixtures/admission-reviews/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    serde_json::from_str(&std::fs::read_to_string(&path).expect("read fixture")).expect("json")
-}
-
-/// A stored object as the stand-in should hold it: server-set fields dropped.
-fn stored(mut v: Value) -> Value {
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        for k in [
-            "resourceVersion",
-            "uid",
-            "creationTimestamp",
-            "generation",
-            "managedFields",
-        ] {
-            m.remove(k);
-        }
-    }
-    v
-}
-
-/// The Machine of the fixture, renamed to `test-cp-{x}` with node `cp-{x}`.
+/// The fixture Machine renamed to `test-cp-{x}` with node `cp-{x}`.
 fn machine_object(x: &str) -> Value {
-    let mut m = fixture("machine-delete-by-user.json")["request"]["oldObject"].clone();
-    m["metadata"]["name"] = json!(format!("test-cp-{x}"));
-    m["status"]["nodeRef"]["name"] = json!(format!("cp-{x}"));
-    m
-}
-
-fn cluster_object() -> Value {
-    json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-        "metadata": {"name": "test", "namespace": NS},
-        "spec": {"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
-                 "kind": "KubeadmControlPlane", "name": "test-controlplane"}},
-    })
-}
-
-fn kcp_object() -> Value {
-    fixture("kcp-update-version.json")["request"]["oldObject"].clone()
+    machine_named(&format!("test-cp-{x}"), &format!("cp-{x}"))
 }
 
 struct World {
@@ -126,7 +85,7 @@ impl World {
 
 async fn world(machines: &[&str]) -> World {
     let api = ApiServer::start().await.expect("stand-in");
-    api.insert(cluster_object()).expect("cluster");
+    api.insert(cluster_object(json!({}))).expect("cluster");
     api.insert(stored(kcp_object())).expect("kcp");
     for x in machines {
         api.insert(stored(machine_object(x))).expect("machine");
@@ -489,7 +448,7 @@ async fn state_flows_from_watch_into_decisions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_cache_sync_and_shutdown() {
     let api = ApiServer::start().await.expect("stand-in");
-    api.insert(cluster_object()).expect("cluster");
+    api.insert(cluster_object(json!({}))).expect("cluster");
     // Hold the Machine list back so the caches cannot sync yet.
     api.delay_next(
         Some("list"),

@@ -6,3 +6,4 @@ pub mod apiserver;
 pub mod etcd;
 pub mod https;
 pub mod kit;
+pub mod reviews;

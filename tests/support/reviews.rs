@@ -1,0 +1,58 @@
+//! The AdmissionReview fixtures kube-apiserver sent (tests/fixtures/admission-reviews/) and the
+//! Cluster API objects in them, shaped for seeding the API-server stand-in.
+
+use serde_json::{Value, json};
+
+/// Namespace of every object in the fixtures.
+pub const NS: &str = "capi-test";
+/// The KCP controller's service account, as in the fixtures.
+pub const KCP_CONTROLLER: &str =
+    "system:serviceaccount:capi-kubeadm-control-plane-system:capi-kubeadm-control-plane-manager";
+
+/// One fixture review, parsed.
+pub fn fixture(name: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/admission-reviews/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("read fixture")).expect("json")
+}
+
+/// An object as it is created: the fields the server sets dropped.
+pub fn stored(mut v: Value) -> Value {
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for k in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+        ] {
+            m.remove(k);
+        }
+    }
+    v
+}
+
+/// The fixture's control-plane Machine, renamed to `name` and running node `node`.
+pub fn machine_named(name: &str, node: &str) -> Value {
+    let mut m = fixture("machine-delete-by-user.json")["request"]["oldObject"].clone();
+    m["metadata"]["name"] = json!(name);
+    m["status"]["nodeRef"]["name"] = json!(node);
+    m
+}
+
+/// The fixture's KubeadmControlPlane `test-controlplane` (replicas 3).
+pub fn kcp_object() -> Value {
+    fixture("kcp-update-version.json")["request"]["oldObject"].clone()
+}
+
+/// Cluster `test`, pointing at the fixture's KCP, with these annotations.
+pub fn cluster_object(annotations: Value) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "test", "namespace": NS, "annotations": annotations},
+        "spec": {"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
+                 "kind": "KubeadmControlPlane", "name": "test-controlplane"}},
+    })
+}
