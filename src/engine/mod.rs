@@ -12,4 +12,4 @@ pub use model::*;
 pub use next_action::{ActionCode, NextAction, next_action};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -2,69 +2,28 @@
 use std::time::Duration;
 
 use super::*;
-use crate::engine::{Alarm, Cluster, Kcp};
+use crate::engine::Alarm;
 
-const NOW: i64 = 1_800_000_000;
-const DOWN: &str = "context deadline exceeded";
+use crate::engine::tests::kit::{NOW, add_machine, down, healthy, members_mut};
 
 /// Copied from the KCP v1beta2 CRD (`status.conditions[].reason.pattern`).
 const CRD_REASON_PATTERN: &str = "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
 
-fn healthy() -> Health {
-    Health::Healthy
-}
-
-fn down() -> Health {
-    Health::Unhealthy(DOWN.into())
-}
-
-/// KCP `ns/kcp` with `replicas`, one Machine and one voting member per entry (IDs 1, 2, ...),
-/// the first one leading.
+/// The engine kit's control plane (KCP `ns/kcp`, one Machine and voting member per entry, IDs
+/// 1, 2, ...), with a 3 s old probe and the status fields the member table shows; the first
+/// member leads.
 fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
-    let mut c = ControlPlane {
-        cluster: Cluster {
-            name: "test".into(),
-            deleting: false,
-        },
-        kcp: Kcp {
-            name: "kcp".into(),
-            namespace: "ns".into(),
-            replicas,
-            etcd: EtcdTopology::Stacked,
-            max_surge: 1,
-            deleting: false,
-            version: Some("v1.32.0".into()),
-        },
-        machines: Vec::new(),
-        etcd: EtcdState::Observed(EtcdSnapshot {
-            members: Vec::new(),
-            age: Some(Duration::from_secs(3)),
-        }),
-    };
-    for (i, (name, h)) in members.iter().enumerate() {
-        add_machine(&mut c, name);
-        let mut m = Member::new(i as u64 + 1, *name);
-        m.health = h.clone();
+    let mut c = crate::engine::tests::kit::cp(replicas, members);
+    if let EtcdState::Observed(s) = &mut c.etcd {
+        s.age = Some(Duration::from_secs(3));
+    }
+    for (i, m) in members_mut(&mut c).iter_mut().enumerate() {
         m.is_leader = i == 0;
         m.version = Some("3.5.16".into());
         m.db_size = Some(24 * 1024 * 1024);
         m.raft_index = Some(1234 + i as u64);
-        members_mut(&mut c).push(m);
     }
     c
-}
-
-fn add_machine(c: &mut ControlPlane, name: &str) {
-    let mut m = Machine::new(name);
-    m.created_unix = Some(NOW - 3600 + c.machines.len() as i64);
-    c.machines.push(m);
-}
-
-fn members_mut(c: &mut ControlPlane) -> &mut Vec<Member> {
-    match &mut c.etcd {
-        EtcdState::Observed(s) => &mut s.members,
-        EtcdState::Unknown { .. } => panic!("etcd unknown"),
-    }
 }
 
 fn three_healthy() -> ControlPlane {

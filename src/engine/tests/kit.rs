@@ -1,4 +1,5 @@
-//! Builders that keep the engine tests short: a control plane from a line of members.
+//! Builders that keep the engine tests (and other tests of the crate) short: a control plane
+//! from a line of members.
 
 use crate::engine::*;
 

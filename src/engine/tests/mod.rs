@@ -1,6 +1,6 @@
 //! Tests of the engine: hand-worked tables per rule, the named cases, and the exhaustive search.
 
 mod exhaustive;
-mod kit;
+pub(crate) mod kit;
 mod next;
 mod rules;
