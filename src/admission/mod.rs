@@ -155,13 +155,8 @@ impl Webhook {
 
     /// The caches are not synced: nothing can be proven. Same policy as unknown health.
     fn not_synced(&self, d: &Decoded) -> Outcome {
-        let on = if self.policy.is_controller(&d.requester) {
-            self.policy.unknown_health_controllers
-        } else {
-            self.policy.unknown_health_humans
-        };
         Outcome {
-            allowed: on == OnUnknownHealth::Allow,
+            allowed: self.policy.on_unknown_health(&d.requester) == OnUnknownHealth::Allow,
             reason: Reason::HealthUnknown.as_str().into(),
             verdict: None,
         }
@@ -230,11 +225,10 @@ fn plain_message(d: &Decoded, o: &Outcome, state: &ClusterState) -> String {
         ),
         _ => format!(
             "quorumguard's caches have not synced yet ({}): it cannot prove that {} of {}/{} is safe. Retry in a few seconds; in an emergency set the annotation {ANNOTATION_BREAK_GLASS}=<reason> on the Machine, or delete the ValidatingWebhookConfiguration quorumguard.",
-            ["clusters", "kubeadmcontrolplanes", "machines"]
+            crate::state::Kind::ALL
                 .iter()
-                .zip(crate::state::Kind::ALL)
-                .filter(|(_, k)| !state.is_synced(*k))
-                .map(|(n, _)| *n)
+                .filter(|k| !state.is_synced(**k))
+                .map(|k| k.as_str())
                 .collect::<Vec<_>>()
                 .join(", "),
             d.operation,

@@ -332,14 +332,6 @@ fn not_healthy_list(cp: &ControlPlane, stale: bool) -> String {
     }
 }
 
-fn on_unknown(requester: &Requester, policy: &Policy) -> OnUnknownHealth {
-    if policy.is_controller(requester) {
-        policy.unknown_health_controllers
-    } else {
-        policy.unknown_health_humans
-    }
-}
-
 /// The outcome when safety cannot be proven: deny, or allow with a warning, per policy.
 fn unknown_health(
     what: &str,
@@ -351,7 +343,7 @@ fn unknown_health(
     let msg = format!(
         "cannot prove that {what} is safe: {detail} Wait for a fresh etcd probe, or check etcd with `etcdctl endpoint health --cluster`."
     );
-    let mut j = match on_unknown(requester, policy) {
+    let mut j = match policy.on_unknown_health(requester) {
         OnUnknownHealth::Deny => Judgement::deny(Reason::HealthUnknown, msg),
         OnUnknownHealth::Allow => {
             let mut j = Judgement::allow(Reason::HealthUnknown, msg.clone());

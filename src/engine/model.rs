@@ -329,6 +329,16 @@ impl Policy {
         self.controllers.contains(&r.username)
     }
 
+    /// What unknown health means for this requester: controllers and humans have their own
+    /// setting.
+    pub fn on_unknown_health(&self, r: &Requester) -> OnUnknownHealth {
+        if self.is_controller(r) {
+            self.unknown_health_controllers
+        } else {
+            self.unknown_health_humans
+        }
+    }
+
     pub fn is_teardown(&self, r: &Requester) -> bool {
         self.teardown.contains(&r.username)
     }
