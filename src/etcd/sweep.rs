@@ -40,9 +40,10 @@ impl Default for SweepConfig {
     }
 }
 
-/// Per-cluster probers, keyed by the hash of the CA they were made from.
+/// Per-cluster probers kept between sweeps (so etcd clients are reused), keyed by the hash of
+/// the CA they were made from.
 #[derive(Default)]
-struct Probers {
+pub struct Probers {
     by_cluster: Mutex<HashMap<Key, (u64, Arc<Prober>)>>,
 }
 
@@ -153,19 +154,15 @@ pub async fn sweep_once(
     client: &Client,
     state: &ClusterState,
     cfg: &SweepConfig,
-    probers: &Arc<ProbersHandle>,
+    probers: &Probers,
 ) {
     let targets = state.probe_targets();
     futures::stream::iter(targets)
         .for_each_concurrent(cfg.concurrency.max(1), |t| {
-            sweep_one(client, state, &probers.0, t, cfg.deadline)
+            sweep_one(client, state, probers, t, cfg.deadline)
         })
         .await;
 }
-
-/// The probers kept between sweeps (opaque: hold it to reuse clients).
-#[derive(Default)]
-pub struct ProbersHandle(Probers);
 
 /// Sweeps that a Machine change triggers start at most this often.
 const MIN_GAP: Duration = Duration::from_secs(1);
@@ -173,7 +170,7 @@ const MIN_GAP: Duration = Duration::from_secs(1);
 /// Sweeps forever: every `interval`, and soon (at most once a second) after a control-plane
 /// Machine appears or goes.
 pub async fn run(client: Client, state: Arc<ClusterState>, cfg: SweepConfig) {
-    let probers = Arc::new(ProbersHandle::default());
+    let probers = Probers::default();
     loop {
         let started = Instant::now();
         sweep_once(&client, &state, &cfg, &probers).await;
