@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what quorumguard's build and tests need from Debian, when missing:
 #   etcd-server (etcd 3.4, real etcd for tests), etcd-client (etcdctl), protobuf-compiler
-#   (protoc, which the etcd-client crate runs at build time).
+#   (protoc, which the etcd-client crate runs at build time) and libprotobuf-dev (the
+#   well-known .proto files protoc imports; only a recommendation of protobuf-compiler, so
+#   --no-install-recommends alone leaves them out and the etcd-client build fails).
 # Sourced by scripts/try.sh, scripts/test.sh and .ci/run.
 set -euo pipefail
 
@@ -10,6 +12,7 @@ qg_install_deps() {
   command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
   command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
   command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+  [ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
   command -v openssl >/dev/null 2>&1 || missing+=(openssl)
   if [ ${#missing[@]} -eq 0 ]; then
     return 0

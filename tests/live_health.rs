@@ -134,6 +134,7 @@ async fn deletions_follow_live_etcd_health() {
             interval,
             deadline: Duration::from_secs(1),
             concurrency: 4,
+            transport: quorumguard::etcd::TransportKind::Direct,
         }),
     };
     let running = server::start(config, api.client().expect("client"))

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use crate::engine::{DEFAULT_KCP_CONTROLLER, DEFAULT_TEARDOWN, OnUnknownHealth, Policy};
+use crate::etcd::TransportKind;
 use crate::etcd::sweep::SweepConfig;
 use crate::server::{self, ServeConfig};
 use crate::telemetry::{self, LogFormat};
@@ -131,6 +132,10 @@ pub struct ServeArgs {
     /// Clusters probed at once.
     #[arg(long, env = "QUORUMGUARD_PROBE_CONCURRENCY", default_value_t = 16)]
     pub probe_concurrency: usize,
+    /// How to reach workload etcd when the Cluster has no `quorumguard.io/etcd-transport`
+    /// annotation.
+    #[arg(long, env = "QUORUMGUARD_ETCD_TRANSPORT", value_enum, default_value_t = TransportKind::default())]
+    pub etcd_transport: TransportKind,
     /// Do not probe etcd (every decision that needs health is then HealthUnknown).
     #[arg(long, env = "QUORUMGUARD_NO_PROBE")]
     pub no_probe: bool,
@@ -161,6 +166,7 @@ impl ServeArgs {
                 interval: self.probe_interval,
                 deadline: self.probe_timeout,
                 concurrency: self.probe_concurrency,
+                transport: self.etcd_transport,
             }),
         }
     }

@@ -17,6 +17,21 @@ pub const ETCD_ENDPOINTS_ANNOTATION: &str = "quorumguard.io/etcd-endpoints";
 /// The port etcd serves clients on in kubeadm's stacked etcd.
 pub const ETCD_CLIENT_PORT: u16 = 2379;
 
+/// Cluster annotation choosing the transport for one cluster (`port-forward` or `direct`),
+/// overriding the `--etcd-transport` flag.
+pub const ETCD_TRANSPORT_ANNOTATION: &str = "quorumguard.io/etcd-transport";
+
+/// Which way to reach a cluster's etcd: chosen by flag, overridable per Cluster by
+/// [`ETCD_TRANSPORT_ANNOTATION`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum TransportKind {
+    /// Through the workload cluster's API server to pod `kube-system/etcd-<node>`, as KCP does.
+    PortForward,
+    /// To the endpoints annotation, else each control-plane Machine's InternalIP, port 2379.
+    #[default]
+    Direct,
+}
+
 /// How the prober reaches etcd members.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

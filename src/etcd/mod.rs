@@ -14,5 +14,7 @@ pub mod prober;
 pub mod sweep;
 
 pub use certs::{CertError, ClientCert, sign_client_cert};
-pub use endpoints::{ETCD_ENDPOINTS_ANNOTATION, Transport, endpoints_for};
+pub use endpoints::{
+    ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION, Transport, TransportKind, endpoints_for,
+};
 pub use prober::{ClientTls, Probe, ProbeError, Prober, TlsError, probe};

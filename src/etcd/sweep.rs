@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 
-use super::endpoints::endpoints_for;
+use super::endpoints::{TransportKind, endpoints_for};
 use super::prober::{ClientTls, Prober};
 use crate::state::{ClusterState, Key, ProbeTarget};
 
@@ -28,6 +28,10 @@ pub struct SweepConfig {
     pub deadline: Duration,
     /// Clusters probed at once.
     pub concurrency: usize,
+    /// The transport for clusters without an [`ETCD_TRANSPORT_ANNOTATION`].
+    ///
+    /// [`ETCD_TRANSPORT_ANNOTATION`]: super::endpoints::ETCD_TRANSPORT_ANNOTATION
+    pub transport: TransportKind,
 }
 
 impl Default for SweepConfig {
@@ -36,6 +40,7 @@ impl Default for SweepConfig {
             interval: Duration::from_secs(10),
             deadline: Duration::from_secs(2),
             concurrency: 16,
+            transport: TransportKind::default(),
         }
     }
 }
