@@ -30,6 +30,8 @@ pub const KIND_KCP: &str = "KubeadmControlPlane";
 pub const KIND_CLUSTER: &str = "Cluster";
 /// Cluster annotation with etcd client URLs (comma-separated) for the direct transport.
 pub const ANNOTATION_ETCD_ENDPOINTS: &str = "quorumguard.io/etcd-endpoints";
+/// Cluster annotation choosing how this cluster's etcd is reached (`port-forward` or `direct`).
+pub const ANNOTATION_ETCD_TRANSPORT: &str = "quorumguard.io/etcd-transport";
 
 /// Errors name the object (kind namespace/name) and the field, so a human can find both.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -124,6 +126,8 @@ pub struct CapiKcp {
     pub kcp: Kcp,
     /// Label `cluster.x-k8s.io/cluster-name`, else an ownerReference of kind Cluster.
     pub cluster_name: Option<String>,
+    /// `metadata.generation`: the published conditions' `observedGeneration`.
+    pub generation: Option<i64>,
 }
 
 /// A Cluster with the control plane it points to.
@@ -137,6 +141,9 @@ pub struct CapiCluster {
     /// Annotation `quorumguard.io/etcd-endpoints`: etcd client URLs that override the Machines'
     /// addresses for the direct transport.
     pub etcd_endpoints: Option<String>,
+    /// Annotation `quorumguard.io/etcd-transport`, as written (the prober parses it, so that a
+    /// bad value is reported on the probe rather than hiding the Cluster).
+    pub etcd_transport: Option<String>,
 }
 
 /// "Machine ns/name" for any value, with `?` for what is missing: used in every message.
@@ -324,6 +331,7 @@ pub fn parse_kcp(v: &Value) -> Result<CapiKcp, CapiError> {
         version,
         kcp,
         cluster_name,
+        generation: meta.generation,
     })
 }
 
@@ -350,12 +358,19 @@ pub fn parse_cluster(v: &Value) -> Result<CapiCluster, CapiError> {
         .and_then(|a| a.get(ANNOTATION_ETCD_ENDPOINTS))
         .filter(|e| !e.trim().is_empty())
         .cloned();
+    let etcd_transport = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_ETCD_TRANSPORT))
+        .filter(|e| !e.trim().is_empty())
+        .cloned();
     Ok(CapiCluster {
         object,
         version,
         cluster,
         control_plane_name,
         etcd_endpoints,
+        etcd_transport,
     })
 }
 
@@ -665,6 +680,19 @@ mod tests {
         assert_eq!(
             c.etcd_endpoints.as_deref(),
             Some("https://127.0.0.1:2379,https://127.0.0.1:3379")
+        );
+        assert_eq!(c.etcd_transport, None);
+        let c = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "demo", "namespace": "demo",
+                "annotations": {ANNOTATION_ETCD_TRANSPORT: "direct"}},
+            "spec": {}
+        });
+        let c = parse_cluster(&c).expect("cluster");
+        assert_eq!(c.etcd_transport.as_deref(), Some("direct"));
+        assert_eq!(
+            ANNOTATION_ETCD_TRANSPORT,
+            crate::etcd::ETCD_TRANSPORT_ANNOTATION
         );
     }
 

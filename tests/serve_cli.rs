@@ -47,10 +47,16 @@ fn help_documents_every_flag_with_its_env_twin() {
         "--unknown-health-controllers",
         "--max-health-age",
         "--shutdown-grace",
+        "--etcd-transport",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
     }
     assert!(help.contains("QUORUMGUARD_LISTEN"), "env twins are shown");
+    // etcd is reached as KCP reaches it unless told otherwise.
+    assert!(
+        help.contains("[default: port-forward]"),
+        "port-forward is the default transport: {help}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

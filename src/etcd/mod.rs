@@ -2,6 +2,8 @@
 //!
 //! - [`certs`]: a client certificate signed with the cluster's etcd CA, as KCP does.
 //! - [`endpoints`]: where to reach etcd ([`Transport`], [`endpoints_for`]).
+//! - [`portforward`]: the port-forward transport, through the workload cluster's API server to
+//!   pod `kube-system/etcd-<node>` as KCP does ([`PortForward`]).
 //! - [`prober`]: one probe = the member list, the alarms, and every member's status and health,
 //!   asked in parallel under one deadline, turned into the engine's [`Member`]s.
 //! - [`sweep`]: probe every cluster on a timer and hand the results to the webhook's state.
@@ -10,11 +12,14 @@
 
 pub mod certs;
 pub mod endpoints;
+pub mod portforward;
 pub mod prober;
 pub mod sweep;
 
 pub use certs::{CertError, ClientCert, sign_client_cert};
 pub use endpoints::{
-    ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION, Transport, TransportKind, endpoints_for,
+    ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION, PORT_FORWARD_TLS_NAME, Transport,
+    TransportKind, UnknownTransport, endpoints_for,
 };
+pub use portforward::{PortForward, PortForwardError};
 pub use prober::{ClientTls, Probe, ProbeError, Prober, TlsError, probe};

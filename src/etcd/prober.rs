@@ -22,6 +22,10 @@
 //! - **Alarms** (NOSPACE, CORRUPT) attach to the member they name, from the alarm list and from
 //!   the `memberID:<id> alarm:<TYPE>` entries every member repeats in its status `errors`; those
 //!   entries do not make the *reporting* member unhealthy.
+//! - **The transport decides where to dial** ([`Transport`]): the URLs as given (direct), or a
+//!   loopback listener per etcd pod that port-forwards through the workload API server. When the
+//!   transport knows why a connection failed (the API server refused the port-forward: "404 pods
+//!   \"etcd-x\" not found"), that is the error reported, not etcd-client's "connection closed".
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -131,10 +135,16 @@ impl ClientTls {
         &self.cert_pem
     }
 
-    fn options(&self) -> TlsOptions {
-        TlsOptions::new()
+    /// Verifies the serving certificate against the CA for the URL's host, or for `name` when
+    /// given (see [`super::PORT_FORWARD_TLS_NAME`] for why the port-forward transport does).
+    fn options(&self, name: Option<&str>) -> TlsOptions {
+        let options = TlsOptions::new()
             .ca_certificate(Certificate::from_pem(&self.ca_pem))
-            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
+            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem));
+        match name {
+            Some(name) => options.domain_name(name),
+            None => options,
+        }
     }
 }
 
@@ -262,6 +272,11 @@ impl Prober {
         }
     }
 
+    /// How this prober reaches members.
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
     /// The endpoints a client is kept for, sorted (for tests and debugging).
     pub fn cached_endpoints(&self) -> Vec<String> {
         let mut v: Vec<String> = self.lock().keys().cloned().collect();
@@ -286,7 +301,15 @@ impl Prober {
         let mut warnings = Vec::new();
 
         let (from, list_client, listed, failures) =
-            self.member_list(endpoints, start, deadline).await?;
+            match self.member_list(endpoints, start, deadline).await {
+                Ok(found) => found,
+                Err(e) => {
+                    // Keep the listeners of the endpoints asked, drop any others.
+                    self.transport
+                        .retain(&endpoints.iter().map(String::as_str).collect());
+                    return Err(e);
+                }
+            };
         for f in failures {
             warnings.push(format!("member list: {f}"));
         }
@@ -301,16 +324,23 @@ impl Prober {
                 member
             })
             .collect();
+        let mut target_errors: Vec<Option<String>> = vec![None; members.len()];
         let targets: Vec<Option<String>> = members
             .iter()
-            .map(|m| self.transport.member_endpoint(m))
+            .zip(&mut target_errors)
+            .map(|(m, error)| {
+                self.transport.member_endpoint(m).unwrap_or_else(|e| {
+                    *error = Some(e.to_string());
+                    None
+                })
+            })
             .collect();
 
         let timeout_text = timeout_text.as_str();
         let reports = join_all(members.iter().zip(&targets).map(|(m, target)| async move {
             match target {
                 Some(url) => Some(
-                    self.probe_member(url, m.is_learner, end, timeout_text)
+                    self.probe_member(url, m.is_learner, start, end, timeout_text)
                         .await,
                 ),
                 None => None,
@@ -359,7 +389,12 @@ impl Prober {
         };
 
         let mut status_alarms = Vec::new();
-        for ((member, target), report) in members.iter_mut().zip(&targets).zip(reports) {
+        for (((member, target), report), error) in members
+            .iter_mut()
+            .zip(&targets)
+            .zip(reports)
+            .zip(target_errors)
+        {
             match (target, report) {
                 (Some(url), Some(report)) => {
                     if let Ok(status) = &report.status {
@@ -368,7 +403,12 @@ impl Prober {
                     apply(member, url, report);
                 }
                 _ => {
-                    if !member.is_unstarted() {
+                    if let Some(error) = error {
+                        warnings.push(format!(
+                            "member {} ({}): {error}: its health is unknown",
+                            member.name, member.id
+                        ));
+                    } else if !member.is_unstarted() {
                         warnings.push(format!(
                             "member {} ({}) has no client URL: its health is unknown",
                             member.name, member.id
@@ -390,6 +430,7 @@ impl Prober {
             .chain(targets.iter().flatten().map(String::as_str))
             .collect();
         self.lock().retain(|k, _| used.contains(k.as_str()));
+        self.transport.retain(&used);
 
         Ok(Probe {
             members,
@@ -457,7 +498,7 @@ impl Prober {
                     }
                     Err(error) => {
                         self.evict(&endpoints[i]);
-                        errors[i] = Some(with_hint(error));
+                        errors[i] = Some(self.explain(&endpoints[i], start, with_hint(error)));
                         // A failure moves on at once.
                         next_at = Instant::now();
                     }
@@ -477,7 +518,27 @@ impl Prober {
     }
 
     /// Status and (for voting members) a linearizable read of one member, both by `end`.
+    /// Failures are explained by the transport when it knows more (see [`Prober::explain`]).
     async fn probe_member(
+        &self,
+        url: &str,
+        learner: bool,
+        start: Instant,
+        end: Instant,
+        timeout_text: &str,
+    ) -> Report {
+        let mut report = self.ask_member(url, learner, end, timeout_text).await;
+        if report.status.is_err() || matches!(report.health, Some(Err(_))) {
+            self.evict(url);
+            report.status = report.status.map_err(|e| self.explain(url, start, e));
+            report.health = report
+                .health
+                .map(|h| h.map_err(|e| self.explain(url, start, e)));
+        }
+        report
+    }
+
+    async fn ask_member(
         &self,
         url: &str,
         learner: bool,
@@ -499,7 +560,7 @@ impl Prober {
                 .await
                 .map(Status::from)
         };
-        let report = if learner {
+        if learner {
             Report {
                 status: status.await,
                 health: None,
@@ -530,11 +591,16 @@ impl Prober {
                     health: Some(health),
                 },
             }
-        };
-        if report.status.is_err() || matches!(report.health, Some(Err(_))) {
-            self.evict(url);
         }
-        report
+    }
+
+    /// What to report for a failed call to `url`: the transport's own failure since `since`
+    /// when there is one (it is the cause: etcd-client only saw the connection close), else
+    /// etcd-client's `error`.
+    fn explain(&self, url: &str, since: Instant, error: String) -> String {
+        self.transport
+            .forward_error(url, since.into_std())
+            .unwrap_or(error)
     }
 
     /// The cached client of `url`, or a new one (connect bounded by `until`).
@@ -547,7 +613,7 @@ impl Prober {
         if let Some(c) = self.lock().get(url) {
             return Ok(c.clone());
         }
-        let options = ConnectOptions::new().with_tls(self.tls.options());
+        let options = ConnectOptions::new().with_tls(self.tls.options(self.transport.tls_name()));
         let client = call(until, timeout_text, Client::connect([url], Some(options))).await?;
         Ok(self.lock().entry(url.to_string()).or_insert(client).clone())
     }

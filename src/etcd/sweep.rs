@@ -1,12 +1,20 @@
-//! The sweep: every `interval`, probe the etcd of every workload cluster with stacked etcd and put
-//! the result where the webhook reads it ([`ClusterState::set_health`]).
+//! The sweep: probe the etcd of every workload cluster with stacked etcd and put
+//! the result where the webhook reads it ([`ClusterState::set_health`]). The loop that runs it every
+//! `interval` (and publishes KCP status after it) is [`crate::status::publish::enrich`].
 //!
 //! Each replica sweeps on its own, so each webhook replica decides on fresh data. Clusters are
 //! probed with bounded concurrency; each probe ends by its deadline whatever etcd does, so one
-//! frozen cluster never delays the others past that. Probers (and their etcd clients) are kept
-//! per cluster between sweeps and rebuilt when the cluster's etcd CA changes.
+//! frozen cluster never delays the others past that. Probers (and their etcd clients, and for
+//! the port-forward transport the workload API client and its loopback listeners) are kept per
+//! cluster between sweeps, rebuilt when the cluster's etcd CA, its transport or its workload
+//! kubeconfig changes, and dropped when the cluster is no longer probed.
+//!
+//! The transport of a cluster is its [`ETCD_TRANSPORT_ANNOTATION`] when set, else
+//! [`SweepConfig::transport`].
+//!
+//! [`ETCD_TRANSPORT_ANNOTATION`]: super::endpoints::ETCD_TRANSPORT_ANNOTATION
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -15,7 +23,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 
-use super::endpoints::{TransportKind, endpoints_for};
+use super::endpoints::{Transport, TransportKind};
+use super::portforward::{self, PortForward};
 use super::prober::{ClientTls, Prober};
 use crate::state::{ClusterState, Key, ProbeTarget};
 
@@ -46,13 +55,37 @@ impl Default for SweepConfig {
 }
 
 /// Per-cluster probers kept between sweeps (so etcd clients are reused), keyed by the hash of
-/// the CA they were made from.
+/// what they were made from: the CA, the transport and, for port-forward, the kubeconfig.
+/// Replacing or dropping a prober closes its port-forward listeners (once in-flight probes,
+/// which hold it too, are done).
 #[derive(Default)]
 pub struct Probers {
     by_cluster: Mutex<HashMap<Key, (u64, Arc<Prober>)>>,
 }
 
 impl Probers {
+    /// Drops the probers of clusters that are not among `targets` any more.
+    fn retain(&self, targets: &[ProbeTarget]) {
+        let keep: HashSet<(&str, &str)> = targets
+            .iter()
+            .map(|t| (t.namespace.as_str(), t.cluster.as_str()))
+            .collect();
+        let gone: Vec<Arc<Prober>> = {
+            let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
+            let stale: Vec<Key> = map
+                .keys()
+                .filter(|(ns, c)| !keep.contains(&(ns.as_str(), c.as_str())))
+                .cloned()
+                .collect();
+            stale
+                .iter()
+                .filter_map(|k| map.remove(k).map(|(_, p)| p))
+                .collect()
+        };
+        // Dropped outside the lock: closing listeners is not the map's business.
+        drop(gone);
+    }
+
     fn get(&self, key: &Key, ca_hash: u64) -> Option<Arc<Prober>> {
         let map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
         map.get(key)
@@ -97,11 +130,35 @@ async fn etcd_ca(
     Ok((field("tls.crt")?, field("tls.key")?))
 }
 
-fn hash(a: &str, b: &str) -> u64 {
+fn hash(ca_cert: &str, ca_key: &str, kind: TransportKind, kubeconfig: Option<&str>) -> u64 {
     let mut h = DefaultHasher::new();
-    a.hash(&mut h);
-    b.hash(&mut h);
+    ca_cert.hash(&mut h);
+    ca_key.hash(&mut h);
+    kind.hash(&mut h);
+    kubeconfig.hash(&mut h);
     h.finish()
+}
+
+/// The transport of kind `kind` for cluster `t`: for port-forward, a client of the workload API
+/// server from `kubeconfig`.
+async fn transport(
+    kind: TransportKind,
+    t: &ProbeTarget,
+    kubeconfig: Option<&str>,
+) -> Result<Transport, String> {
+    match (kind, kubeconfig) {
+        (TransportKind::Direct, _) => Ok(Transport::Direct),
+        (TransportKind::PortForward, Some(yaml)) => {
+            PortForward::from_kubeconfig(yaml, &t.namespace, &t.cluster)
+                .await
+                .map(Transport::port_forward)
+                .map_err(|e| e.to_string())
+        }
+        (TransportKind::PortForward, None) => Err(format!(
+            "Cluster {}/{}: no workload kubeconfig read for the port-forward transport",
+            t.namespace, t.cluster
+        )),
+    }
 }
 
 /// Probes one cluster and records the outcome in `state`.
@@ -110,12 +167,30 @@ async fn sweep_one(
     state: &ClusterState,
     probers: &Probers,
     t: ProbeTarget,
-    deadline: Duration,
+    cfg: &SweepConfig,
 ) {
     let key = (t.namespace.clone(), t.cluster.clone());
+    let deadline = cfg.deadline;
     let outcome: Result<_, String> = async {
-        let (ca_cert, ca_key) = etcd_ca(client, &t, deadline).await?;
-        let h = hash(&ca_cert, &ca_key);
+        let kind = TransportKind::for_cluster(t.transport_annotation.as_deref(), cfg.transport)
+            .map_err(|e| format!("Cluster {}/{}: {e}", t.namespace, t.cluster))?;
+        // The CA and (for port-forward) the kubeconfig, read at once: both bounded by the
+        // deadline.
+        let kubeconfig = async {
+            match kind {
+                TransportKind::PortForward => {
+                    portforward::read_kubeconfig(client, &t.namespace, &t.cluster, deadline)
+                        .await
+                        .map(Some)
+                        .map_err(|e| e.to_string())
+                }
+                TransportKind::Direct => Ok(None),
+            }
+        };
+        let (ca, kubeconfig) = futures::join!(etcd_ca(client, &t, deadline), kubeconfig);
+        let (ca_cert, ca_key) = ca?;
+        let kubeconfig = kubeconfig?;
+        let h = hash(&ca_cert, &ca_key, kind, kubeconfig.as_deref());
         let prober = match probers.get(&key, h) {
             Some(p) => p,
             None => {
@@ -123,12 +198,27 @@ async fn sweep_one(
                     ClientTls::from_etcd_ca(&ca_cert, &ca_key, SystemTime::now()).map_err(|e| {
                         format!("etcd CA of Cluster {}/{}: {e}", t.namespace, t.cluster)
                     })?;
-                let p = Arc::new(Prober::new(tls));
+                let transport = transport(kind, &t, kubeconfig.as_deref()).await?;
+                let p = Arc::new(Prober::with_transport(tls, transport));
                 probers.put(key.clone(), h, p.clone());
                 p
             }
         };
-        let endpoints = endpoints_for(t.endpoints_annotation.as_deref(), &t.internal_ips);
+        if kind == TransportKind::PortForward && t.node_names.is_empty() {
+            return Err(format!(
+                "Cluster {}/{}: no control-plane Machine has a node yet (status.nodeRef): no \
+                 etcd pod to port-forward to",
+                t.namespace, t.cluster
+            ));
+        }
+        let endpoints = prober
+            .transport()
+            .list_endpoints(
+                t.endpoints_annotation.as_deref(),
+                &t.internal_ips,
+                &t.node_names,
+            )
+            .map_err(|e| e.to_string())?;
         prober
             .probe(&endpoints, deadline)
             .await
@@ -145,6 +235,7 @@ async fn sweep_one(
             for w in &probe.warnings {
                 tracing::info!(namespace = %t.namespace, cluster = %t.cluster, warning = %w, "etcd probe");
             }
+            state.set_probe_duration(&t.namespace, &t.cluster, probe.took);
             state.set_health(&t.namespace, &t.cluster, probe.members, Instant::now());
         }
         Err(e) => {
@@ -162,29 +253,10 @@ pub async fn sweep_once(
     probers: &Probers,
 ) {
     let targets = state.probe_targets();
+    probers.retain(&targets);
     futures::stream::iter(targets)
         .for_each_concurrent(cfg.concurrency.max(1), |t| {
-            sweep_one(client, state, probers, t, cfg.deadline)
+            sweep_one(client, state, probers, t, cfg)
         })
         .await;
-}
-
-/// Sweeps that a Machine change triggers start at most this often.
-const MIN_GAP: Duration = Duration::from_secs(1);
-
-/// Sweeps forever: every `interval`, and soon (at most once a second) after a control-plane
-/// Machine appears or goes.
-pub async fn run(client: Client, state: Arc<ClusterState>, cfg: SweepConfig) {
-    let probers = Probers::default();
-    loop {
-        let started = Instant::now();
-        sweep_once(&client, &state, &cfg, &probers).await;
-        let rest = cfg.interval.saturating_sub(started.elapsed());
-        tokio::select! {
-            _ = tokio::time::sleep(rest) => {}
-            _ = state.machines_changed().notified() => {
-                tokio::time::sleep(MIN_GAP.saturating_sub(started.elapsed())).await;
-            }
-        }
-    }
 }

@@ -9,7 +9,7 @@ pub mod watch;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::capi::{CapiCluster, CapiKcp, CapiMachine};
 use crate::engine::{Cluster, ControlPlane, EtcdSnapshot, EtcdState, Member};
@@ -158,8 +158,13 @@ pub struct ProbeTarget {
     pub kcp: String,
     /// The Cluster's `quorumguard.io/etcd-endpoints` annotation, if set.
     pub endpoints_annotation: Option<String>,
+    /// The Cluster's `quorumguard.io/etcd-transport` annotation, if set (not yet parsed).
+    pub transport_annotation: Option<String>,
     /// InternalIPs of its control-plane Machines.
     pub internal_ips: Vec<String>,
+    /// Node names (`status.nodeRef.name`) of its control-plane Machines, sorted: the port-forward
+    /// transport asks pods `kube-system/etcd-<node>` for the member list.
+    pub node_names: Vec<String>,
 }
 
 /// The latest etcd probe of one workload cluster.
@@ -178,6 +183,8 @@ pub struct ClusterState {
     health: RwLock<HashMap<Key, HealthEntry>>,
     /// Cluster key -> why the last probe failed, when it did.
     probe_errors: RwLock<HashMap<Key, String>>,
+    /// Cluster key -> how long its latest probe took.
+    probe_took: RwLock<HashMap<Key, Duration>>,
     /// Notified when a control-plane Machine appears or goes: the prober sweeps soon after.
     machines_changed: tokio::sync::Notify,
 }
@@ -274,6 +281,40 @@ impl ClusterState {
             .insert((namespace.to_string(), cluster.to_string()), error);
     }
 
+    /// Records how long the latest probe of Cluster `namespace/name` took (for the metrics).
+    pub fn set_probe_duration(&self, namespace: &str, cluster: &str, took: Duration) {
+        self.probe_took
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((namespace.to_string(), cluster.to_string()), took);
+    }
+
+    /// How long the latest probe of Cluster `namespace/name` took.
+    pub fn probe_duration(&self, namespace: &str, cluster: &str) -> Option<Duration> {
+        self.probe_took
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(namespace.to_string(), cluster.to_string()))
+            .copied()
+    }
+
+    /// Why the latest probe of Cluster `namespace/name` failed, if it did.
+    pub fn probe_error(&self, namespace: &str, cluster: &str) -> Option<String> {
+        self.probe_errors
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(namespace.to_string(), cluster.to_string()))
+            .cloned()
+    }
+
+    /// `metadata.generation` of KCP `namespace/name` as cached.
+    pub fn kcp_generation(&self, namespace: &str, name: &str) -> Option<i64> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        idx.kcps
+            .get(&(namespace.to_string(), name.to_string()))
+            .and_then(|k| k.generation)
+    }
+
     fn etcd_state(&self, namespace: &str, cluster: &str, now: Instant) -> EtcdState {
         let key = (namespace.to_string(), cluster.to_string());
         if let Some(h) = self
@@ -360,7 +401,8 @@ impl ClusterState {
     }
 
     /// What the etcd prober needs for each cluster with stacked etcd: one entry per Cluster,
-    /// with the endpoints annotation and the InternalIPs of its control-plane Machines.
+    /// with its etcd annotations and the InternalIPs and node names of its control-plane
+    /// Machines.
     pub fn probe_targets(&self) -> Vec<ProbeTarget> {
         let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
         let mut out: BTreeMap<Key, ProbeTarget> = BTreeMap::new();
@@ -383,22 +425,29 @@ impl ClusterState {
                 continue;
             };
             let ckey = (key.0.clone(), cluster.clone());
-            let annotation = idx
-                .clusters
-                .get(&ckey)
-                .and_then(|c| c.etcd_endpoints.clone());
+            let capi_cluster = idx.clusters.get(&ckey);
+            let annotation = capi_cluster.and_then(|c| c.etcd_endpoints.clone());
+            let transport_annotation = capi_cluster.and_then(|c| c.etcd_transport.clone());
             let mut ips: Vec<String> = machines
                 .iter()
                 .flat_map(|m| m.internal_ips.iter().cloned())
                 .collect();
             ips.sort();
             ips.dedup();
+            let mut nodes: Vec<String> = machines
+                .iter()
+                .filter_map(|m| m.machine.node_name.clone())
+                .collect();
+            nodes.sort();
+            nodes.dedup();
             out.entry(ckey).or_insert(ProbeTarget {
                 namespace: key.0.clone(),
                 cluster,
                 kcp: key.1.clone(),
                 endpoints_annotation: annotation,
+                transport_annotation,
                 internal_ips: ips,
+                node_names: nodes,
             });
         }
         out.into_values().collect()
@@ -544,6 +593,8 @@ mod tests {
         assert_eq!(t[0].cluster, "c1");
         assert_eq!(t[0].kcp, "kcp");
         assert_eq!(t[0].internal_ips, ["10.0.0.1", "10.0.0.2"]);
+        assert_eq!(t[0].node_names, ["m1", "m2"]);
         assert_eq!(t[0].endpoints_annotation, None);
+        assert_eq!(t[0].transport_annotation, None);
     }
 }

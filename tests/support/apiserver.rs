@@ -27,6 +27,9 @@
 //! - Test hooks on [`ApiServer`]: insert/modify/remove objects directly, read them, inject
 //!   failures and delays per verb and path, add latency, drop every open watch, count requests,
 //!   forget the watch history, and an admission hook called on CREATE, UPDATE and DELETE.
+//! - Port-forward to pods (`pods/{name}/portforward`, WebSocket, `v4.channel.k8s.io`), relayed to
+//!   a TCP address a test maps the pod to ([`ApiServer::forward_pod`]); an unmapped pod is 404
+//!   NotFound. `portforward.rs` says what of the real protocol it does and does not do.
 //!
 //! What it does NOT do:
 //! - No authentication or authorization: every request is allowed; the user is the
@@ -47,9 +50,10 @@
 //! - Request bodies are read as JSON whatever their Content-Type (except PATCH, which is
 //!   dispatched on it); unknown query parameters are ignored.
 //! - No protobuf, no table output, no server-side pagination limits, no rate limiting (unless
-//!   injected), no HTTP/2, no exec/attach/port-forward/logs.
+//!   injected), no HTTP/2, no exec/attach/logs; pods exist only as port-forward targets.
 
 mod http;
+mod portforward;
 mod resources;
 mod rules;
 mod select;
@@ -58,6 +62,7 @@ mod store;
 mod watch;
 mod writes;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -137,6 +142,8 @@ pub struct RequestRecord {
     pub verb: String,
     pub path: String,
     pub query: String,
+    /// The `Impersonate-User` header, else `system:anonymous` (see [`ApiServer::kubeconfig_as`]).
+    pub user: String,
 }
 
 #[derive(Clone, Debug)]
@@ -175,6 +182,11 @@ struct Shared {
     /// Bumped to make every open watch abort its connection.
     kill: tokio::sync::watch::Sender<u64>,
     open_watches: AtomicUsize,
+    /// `(namespace, pod)` -> where its forwarded port is really served.
+    pods: Mutex<HashMap<(String, String), SocketAddr>>,
+    /// Port-forward connections relaying now, and ever upgraded.
+    open_forwards: AtomicUsize,
+    forwards_total: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -191,10 +203,15 @@ impl Shared {
     }
 
     fn record(&self, verb: &str, path: &str, query: &str) {
+        self.record_as(verb, path, query, "system:anonymous");
+    }
+
+    fn record_as(&self, verb: &str, path: &str, query: &str, user: &str) {
         let record = RequestRecord {
             verb: verb.into(),
             path: path.into(),
             query: query.into(),
+            user: user.into(),
         };
         lock(&self.requests).push(record);
     }
@@ -284,6 +301,9 @@ impl ApiServer {
             bookmark_every: Mutex::new(Duration::from_secs(60)),
             kill: tokio::sync::watch::Sender::new(0),
             open_watches: AtomicUsize::new(0),
+            pods: Mutex::new(HashMap::new()),
+            open_forwards: AtomicUsize::new(0),
+            forwards_total: AtomicUsize::new(0),
         });
         let app = axum::Router::new()
             .fallback(http::handle)
@@ -506,6 +526,28 @@ impl ApiServer {
 
     pub fn clear_admission_hook(&self) {
         *lock(&self.shared.hook) = None;
+    }
+
+    /// Port-forwards to pod `namespace/name` are relayed to `addr` (whatever port is asked: a
+    /// pod here has one). Replaces an earlier mapping.
+    pub fn forward_pod(&self, namespace: &str, name: &str, addr: SocketAddr) {
+        lock(&self.shared.pods).insert((namespace.to_string(), name.to_string()), addr);
+    }
+
+    /// Forgets pod `namespace/name`: port-forwards to it answer 404 NotFound again. Relays
+    /// already open stay.
+    pub fn unforward_pod(&self, namespace: &str, name: &str) {
+        lock(&self.shared.pods).remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    /// Port-forward connections relaying now.
+    pub fn open_port_forwards(&self) -> usize {
+        self.shared.open_forwards.load(Ordering::SeqCst)
+    }
+
+    /// Port-forward connections upgraded so far.
+    pub fn port_forwards_total(&self) -> usize {
+        self.shared.forwards_total.load(Ordering::SeqCst)
     }
 }
 

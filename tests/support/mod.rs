@@ -7,3 +7,4 @@ pub mod etcd;
 pub mod https;
 pub mod kit;
 pub mod reviews;
+pub mod seed;

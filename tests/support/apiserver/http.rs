@@ -14,7 +14,7 @@ use super::select::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 use super::store::{self, Filter, Key};
 use super::writes::{apply_patch, create, delete, delete_collection, write};
-use super::{AdmissionAttempt, Operation, Shared, watch};
+use super::{AdmissionAttempt, Operation, Shared, portforward, watch};
 
 /// Request bodies above this size are refused, as kube-apiserver does (3 MiB objects, plus slack).
 const BODY_LIMIT: usize = 8 << 20;
@@ -242,6 +242,10 @@ impl Call {
 
 /// The single entry point: every request of every path comes here.
 pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    // Port-forward upgrades the connection: it needs the request whole.
+    if let Some((namespace, pod)) = portforward::target(request.uri().path()) {
+        return portforward::handle(shared, request, namespace, pod).await;
+    }
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_string();
     let params = Params(
@@ -254,7 +258,12 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
         (route(&store.defs, &path), store.defs.clone())
     };
     let verb = verb(&parts.method, &route, &params);
-    shared.record(verb, &path, parts.uri.query().unwrap_or(""));
+    let user = parts
+        .headers
+        .get("impersonate-user")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("system:anonymous");
+    shared.record_as(verb, &path, parts.uri.query().unwrap_or(""), user);
     let (delay, fail) = shared.take_faults(verb, &path);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
