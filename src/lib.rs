@@ -9,6 +9,7 @@ pub mod cli;
 pub mod dumps;
 pub mod engine;
 pub mod etcd;
+pub mod lease;
 pub mod server;
 pub mod state;
 pub mod status;

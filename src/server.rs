@@ -15,8 +15,11 @@ use tokio::task::JoinHandle;
 
 use crate::admission::{Webhook, events};
 use crate::engine::Policy;
-use crate::etcd::sweep::{self, SweepConfig};
+use crate::etcd::sweep::SweepConfig;
+use crate::lease::{Elector, Leadership, LeaseConfig};
 use crate::state::{ClusterState, Kind, watch};
+use crate::status::metrics::EnricherMetrics;
+use crate::status::publish::{self, PublishConfig, Publisher};
 use crate::telemetry::{Metrics, Readiness, admin_router};
 use crate::tls;
 
@@ -42,6 +45,17 @@ pub struct ServeConfig {
     /// Probe every workload cluster's etcd on a timer (`None`: health stays unknown, for tests
     /// that set it themselves).
     pub sweep: Option<SweepConfig>,
+    /// Publish conditions into KCP status after each sweep (needs `sweep`). `None`: probe only.
+    pub status: Option<StatusConfig>,
+}
+
+/// How the status enricher publishes.
+#[derive(Clone, Debug, Default)]
+pub struct StatusConfig {
+    pub publish: PublishConfig,
+    /// Write only while holding this Lease. `None`: this replica always writes (one replica,
+    /// or tests).
+    pub lease: Option<LeaseConfig>,
 }
 
 /// Why the server could not start.
@@ -70,6 +84,9 @@ pub struct Running {
     pub metrics: Arc<Metrics>,
     pub state: Arc<ClusterState>,
     pub webhook: Arc<Webhook>,
+    /// Whether this replica writes KCP status (`None`: status publishing is off).
+    pub leadership: Option<Leadership>,
+    elector: Option<Arc<Elector>>,
     handle: Handle<SocketAddr>,
     config: ServeConfig,
     server: JoinHandle<std::io::Result<()>>,
@@ -103,8 +120,39 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
         }));
     }
 
+    let mut leadership = None;
+    let mut elector = None;
     if let Some(cfg) = config.sweep.clone() {
-        tasks.push(tokio::spawn(sweep::run(client.clone(), state.clone(), cfg)));
+        let enricher_metrics = Arc::new(EnricherMetrics::register(&metrics));
+        let publisher = config.status.clone().map(|status| {
+            let l = match status.lease {
+                Some(lease) => {
+                    let l = Leadership::new();
+                    let e = Arc::new(Elector::new(client.clone(), lease, l.clone()));
+                    let run = e.clone();
+                    tasks.push(tokio::spawn(async move { run.run().await }));
+                    elector = Some(e);
+                    l
+                }
+                None => Leadership::always(),
+            };
+            leadership = Some(l.clone());
+            Arc::new(Publisher::new(
+                client.clone(),
+                state.clone(),
+                config.policy.clone(),
+                l,
+                status.publish,
+                Some(enricher_metrics.clone()),
+            ))
+        });
+        tasks.push(tokio::spawn(publish::enrich(
+            client.clone(),
+            state.clone(),
+            cfg,
+            publisher,
+            Some(enricher_metrics),
+        )));
     }
 
     let tls_config = tls::load(&config.tls_cert, &config.tls_key).await?;
@@ -176,6 +224,8 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
         metrics,
         state,
         webhook,
+        leadership,
+        elector,
         handle,
         config,
         server,
@@ -207,6 +257,12 @@ impl Running {
         }
         for t in self.tasks {
             t.abort();
+        }
+        // Hand the Lease over now rather than after its duration.
+        if let Some(e) = &self.elector
+            && let Err(err) = e.release().await
+        {
+            tracing::warn!(error = %err, "could not release the lease; another replica takes over when it expires");
         }
         tracing::info!("stopped");
     }

@@ -1,6 +1,8 @@
 //! The webhook deciding on live etcd health: a real 3-member etcd cluster with TLS on loopback,
 //! the API-server stand-in holding the Cluster, KCP, Machines and the `<cluster>-etcd` CA Secret,
-//! and `serve` with its prober sweeping (direct transport via the Cluster's endpoints annotation).
+//! and `serve` with its prober sweeping (the direct transport, chosen in the sweep config since
+//! the default is port-forward, via the Cluster's endpoints annotation; tests/etcd_portforward.rs
+//! covers port-forward).
 //! Freeze a member and a deletion that needs it is denied within a probe interval; thaw it and
 //! the same request is allowed again.
 
@@ -8,8 +10,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
 use quorumguard::engine::{EtcdState, Policy};
 use quorumguard::etcd::sweep::SweepConfig;
 use quorumguard::server::{self, Running, ServeConfig};
@@ -17,14 +17,8 @@ use serde_json::{Value, json};
 use support::apiserver::ApiServer;
 use support::etcd::EtcdCluster;
 use support::https::{TempDir, TestPki, post};
-use support::reviews::{
-    KCP_CONTROLLER, NS, cluster_object, fixture, kcp_object, machine_named, stored,
-};
-
-/// The fixture Machine renamed to `test-{member}`, its node named like the etcd member.
-fn machine(member: &str) -> Value {
-    machine_named(&format!("test-{member}"), member)
-}
+use support::reviews::{KCP_CONTROLLER, NS, fixture};
+use support::seed::{self, machine, wait_for};
 
 async fn delete(running: &Running, pki: &TestPki, member: &str, user: &str) -> (bool, String) {
     let mut r = fixture("machine-delete-by-user.json");
@@ -63,55 +57,11 @@ fn healthy_members(running: &Running) -> Option<usize> {
     }
 }
 
-async fn wait_for(what: &str, bound: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + bound;
-    for _ in 0..1000 {
-        if done() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("gave up waiting for {what}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletions_follow_live_etcd_health() {
     let mut etcd = EtcdCluster::start(3);
     let api = ApiServer::start().await.expect("stand-in");
-    api.insert(cluster_object(
-        json!({"quorumguard.io/etcd-endpoints": etcd.endpoints().join(",")}),
-    ))
-    .expect("cluster");
-    api.insert(stored(kcp_object())).expect("kcp");
-    let members: Vec<String> = (0..3).map(|i| etcd.name(i).to_string()).collect();
-    for m in &members {
-        api.insert(stored(machine(m))).expect("machine");
-    }
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("test-etcd".into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        data: Some(
-            [
-                (
-                    "tls.crt".to_string(),
-                    ByteString(etcd.pki.ca_cert_pem.clone().into_bytes()),
-                ),
-                (
-                    "tls.key".to_string(),
-                    ByteString(etcd.pki.ca_key_pem.clone().into_bytes()),
-                ),
-            ]
-            .into(),
-        ),
-        type_: Some("kubernetes.io/tls".into()),
-        ..Default::default()
-    };
-    api.insert(serde_json::to_value(&secret).expect("secret json"))
-        .expect("secret");
+    let members = seed::control_plane(&api, &etcd, seed::direct_to(&etcd), |_| {});
 
     let dir = TempDir::new("live");
     let pki = TestPki::new(dir.path());
@@ -136,6 +86,7 @@ async fn deletions_follow_live_etcd_health() {
             concurrency: 4,
             transport: quorumguard::etcd::TransportKind::Direct,
         }),
+        status: None,
     };
     let running = server::start(config, api.client().expect("client"))
         .await

@@ -125,6 +125,7 @@ fn test_config(pki: &TestPki, policy: Policy) -> ServeConfig {
         events: true,
         // These tests set etcd health themselves; tests/live_health.rs probes real etcd.
         sweep: None,
+        status: None,
     }
 }
 

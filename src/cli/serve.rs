@@ -12,7 +12,10 @@ use clap::{Args, ValueEnum};
 use crate::engine::{DEFAULT_KCP_CONTROLLER, DEFAULT_TEARDOWN, OnUnknownHealth, Policy};
 use crate::etcd::TransportKind;
 use crate::etcd::sweep::SweepConfig;
+use crate::lease::LeaseConfig;
+use crate::server::StatusConfig;
 use crate::server::{self, ServeConfig};
+use crate::status::publish::PublishConfig;
 use crate::telemetry::{self, LogFormat};
 
 /// What to do when etcd health cannot prove an operation safe.
@@ -139,6 +142,38 @@ pub struct ServeArgs {
     /// Do not probe etcd (every decision that needs health is then HealthUnknown).
     #[arg(long, env = "QUORUMGUARD_NO_PROBE")]
     pub no_probe: bool,
+    /// Do not publish the quorumguard.io/EtcdQuorum and quorumguard.io/NextAction conditions in
+    /// KCP status (probes still feed the webhook).
+    #[arg(long, env = "QUORUMGUARD_NO_STATUS")]
+    pub no_status: bool,
+    /// Re-publish figures that move on every probe (raft index, DB size) at most this often;
+    /// anything else that changes is published after the next sweep.
+    #[arg(long, env = "QUORUMGUARD_STATUS_REFRESH", default_value = "5m", value_parser = duration)]
+    pub status_refresh: Duration,
+    /// Write KCP status without holding the Lease. Only for a single replica: two replicas
+    /// without a Lease would both write.
+    #[arg(long, env = "QUORUMGUARD_NO_LEADER_ELECTION")]
+    pub no_leader_election: bool,
+    /// Namespace of the leader-election Lease (the pod's own namespace in a cluster).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "quorumguard-system")]
+    pub leader_election_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "QUORUMGUARD_LEADER_ELECTION_LEASE",
+        default_value = "quorumguard"
+    )]
+    pub leader_election_lease: String,
+    /// How long other replicas wait, after last seeing the Lease renewed, before taking over.
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    pub lease_duration: Duration,
+    /// The holder stops writing when it has not renewed the Lease for this long (shorter than
+    /// --lease-duration, so two writers never overlap).
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub lease_renew_deadline: Duration,
+    /// Time between two attempts to take or renew the Lease.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    pub lease_retry_period: Duration,
 }
 
 impl ServeArgs {
@@ -168,7 +203,47 @@ impl ServeArgs {
                 concurrency: self.probe_concurrency,
                 transport: self.etcd_transport,
             }),
+            status: (!self.no_status).then(|| StatusConfig {
+                publish: PublishConfig {
+                    refresh: self.status_refresh,
+                    ..PublishConfig::default()
+                },
+                lease: (!self.no_leader_election).then(|| LeaseConfig {
+                    lease_duration: self.lease_duration,
+                    renew_deadline: self.lease_renew_deadline,
+                    retry_period: self.lease_retry_period,
+                    ..LeaseConfig::new(
+                        &self.leader_election_namespace,
+                        &self.leader_election_lease,
+                        &self.identity(),
+                    )
+                }),
+            }),
         }
+    }
+
+    /// This replica's name in the Lease: the pod name, else the host name, else the process id.
+    fn identity(&self) -> String {
+        self.pod_name
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| format!("quorumguard-{}", std::process::id()))
+    }
+
+    /// Rejects lease timings that would let two replicas write at once.
+    fn check(&self) -> anyhow::Result<()> {
+        let ordered = self.lease_retry_period < self.lease_renew_deadline
+            && self.lease_renew_deadline < self.lease_duration;
+        if !self.no_leader_election && !ordered {
+            anyhow::bail!(
+                "lease timings must satisfy --lease-retry-period ({}) < --lease-renew-deadline ({}) < --lease-duration ({}): otherwise a replica could still write after another took over",
+                humantime::format_duration(self.lease_retry_period),
+                humantime::format_duration(self.lease_renew_deadline),
+                humantime::format_duration(self.lease_duration),
+            );
+        }
+        Ok(())
     }
 }
 
@@ -208,6 +283,7 @@ async fn terminated() {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    args.check()?;
     telemetry::init_logging(args.log_format, &args.log).context("setting up logging")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -5,6 +5,8 @@
 //! the time in, and writes only when [`merge`] says something changed.
 
 pub mod conditions;
+pub mod metrics;
+pub mod publish;
 
 pub use conditions::{
     CONDITION_ETCD_QUORUM, CONDITION_NEXT_ACTION, MAX_CONDITIONS, MAX_MESSAGE_LEN, QuorumReason,
