@@ -1,10 +1,10 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-use quorumguard::cli::{self, Cli, EXIT_BAD_INPUT};
+use quorumguard::cli::{self, EXIT_BAD_INPUT};
 
 fn main() -> ExitCode {
-    let parsed = Cli::parse();
+    // `cli::parse` rather than `Cli::parse`: as `kubectl-quorumguard`, usage says `kubectl quorumguard`.
+    let parsed = cli::parse();
     match cli::run(parsed) {
         Ok(code) => code,
         Err(e) => {

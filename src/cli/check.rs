@@ -256,8 +256,9 @@ fn operation(cp: &ControlPlane, w: &WhatIf) -> anyhow::Result<Operation> {
 ///   "machines": [{ "name": "...", "node": "cp-node-1" | null, "deleting": false,
 ///                  "member": "673ce451ecd2d8e9" | null }],
 ///   "machinesWithoutMember": ["demo-control-plane-x7k2p"],
-///   "quorum": { "voting": 3, "learners": 0, "healthy": 2, "unhealthy": 1, "unknown": 0,
-///               "quorum": 2, "faultTolerance": 0, "hasQuorum": true },
+///   "quorum": { "members": 3, "voting": 3, "learners": 0, "healthy": 2, "unhealthy": 1,
+///               "unknown": 0, "quorum": 2, "faultTolerance": 0, "hasQuorum": true },
+///                                      // null only in `status`, when etcd was not observed
 ///   "verdicts": [{                     // one per --what-if, in order
 ///     "whatIf": "delete machine/NAME" | "scale kcp/NAME N", "as": "kubernetes-admin",
 ///     "allowed": false, "reason": "WouldLoseQuorum",   // stable reason codes
@@ -278,7 +279,10 @@ pub struct Report {
     pub members: Vec<MemberOut>,
     pub machines: Vec<MachineOut>,
     pub machines_without_member: Vec<String>,
-    pub quorum: QuorumOut,
+    /// `None` (null) when the member list is unknown: `check` always has one (the dump), the
+    /// live `status` may not (its probe failed), and figures of an empty list would read as
+    /// "quorum lost".
+    pub quorum: Option<QuorumOut>,
     pub verdicts: Vec<VerdictOut>,
     pub next_action: NextActionOut,
     pub warnings: Vec<String>,
@@ -332,6 +336,8 @@ pub struct MachineOut {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct QuorumOut {
+    /// Every member, voting or learner: the rows of the member table.
+    pub members: usize,
     pub voting: usize,
     pub learners: usize,
     pub healthy: usize,
@@ -409,7 +415,9 @@ pub struct NextActionOut {
 }
 
 impl Report {
-    fn new(
+    /// The report of `cp` with these verdicts and next action. `status` builds its per-control-
+    /// plane reports here too (with no verdicts), so both commands share one schema.
+    pub(crate) fn new(
         cp: &ControlPlane,
         verdicts: Vec<VerdictOut>,
         next: &NextAction,
@@ -486,7 +494,8 @@ impl Report {
             members: members_out,
             machines,
             machines_without_member: if etcd_unknown { Vec::new() } else { without },
-            quorum: QuorumOut {
+            quorum: (!etcd_unknown).then(|| QuorumOut {
+                members: members.len(),
                 voting: tally.voting(),
                 learners: members.iter().filter(|m| m.is_learner).count(),
                 healthy: tally.healthy,
@@ -495,7 +504,7 @@ impl Report {
                 quorum: quorum(tally.voting()),
                 fault_tolerance: tolerance(tally.voting(), tally.healthy),
                 has_quorum: tally.has_quorum(),
-            },
+            }),
             verdicts,
             next_action: NextActionOut {
                 code: next.code.as_str(),
@@ -527,7 +536,7 @@ fn human_bytes(n: u64) -> String {
 }
 
 /// Left-aligned columns, two spaces apart.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {
@@ -556,10 +565,33 @@ fn or_dash(v: Option<String>) -> String {
     v.unwrap_or_else(|| "-".into())
 }
 
-/// The human-readable report.
+/// The human-readable report: [`render_header`], [`render_members`], [`render_quorum`], the
+/// verdicts, [`render_next_action`]. `status` prints the same parts, so both read alike.
 pub fn render_text(r: &Report) -> String {
+    let mut out = render_header(r);
+    out.push_str(&render_members(r));
+    out.push_str(&render_quorum(r, false));
+    for v in &r.verdicts {
+        out.push_str(&format!(
+            "\nWhat if {} (as {}): {} ({})\n  {}\n",
+            v.what_if,
+            v.requester,
+            if v.allowed { "ALLOWED" } else { "DENIED" },
+            v.reason,
+            v.message
+        ));
+        for w in &v.warnings {
+            out.push_str(&format!("  warning: {w}\n"));
+        }
+    }
+    out.push_str(&render_next_action(r));
+    out
+}
+
+/// `KubeadmControlPlane ns/name (Cluster c): replicas ..., maxSurge ...`, one line.
+pub fn render_header(r: &Report) -> String {
     let cp = &r.control_plane;
-    let mut out = format!(
+    format!(
         "KubeadmControlPlane {} (Cluster {}): replicas {}, version {}, {} etcd, maxSurge {}{}{}\n",
         cp.kcp,
         cp.cluster,
@@ -573,8 +605,25 @@ pub fn render_text(r: &Report) -> String {
         } else {
             ""
         },
-    );
-    out.push_str("\netcd members:\n");
+    )
+}
+
+/// The member table, then the Machines without a member. When the member list is unknown
+/// (`quorum` is `None`) there is no table to show: it says so and lists the Machines.
+pub fn render_members(r: &Report) -> String {
+    if r.quorum.is_none() {
+        let mut out = "\netcd members: unknown\n".to_string();
+        if r.machines.is_empty() {
+            out.push_str("\nMachines: none\n");
+        } else {
+            out.push_str("\nMachines (etcd member unknown):\n");
+            for m in &r.machines {
+                out.push_str(&format!("  {}\n", machine_note(&m.name, m.node.as_deref())));
+            }
+        }
+        return out;
+    }
+    let mut out = "\netcd members:\n".to_string();
     let rows: Vec<Vec<String>> = r
         .members
         .iter()
@@ -628,19 +677,33 @@ pub fn render_text(r: &Report) -> String {
                 .machines
                 .iter()
                 .find(|m| &m.name == name)
-                .and_then(|m| m.node.clone());
-            out.push_str(&format!(
-                "  {name} ({})\n",
-                match node {
-                    Some(n) => format!("node {n}"),
-                    None => "no node yet".into(),
-                }
-            ));
+                .and_then(|m| m.node.as_deref());
+            out.push_str(&format!("  {}\n", machine_note(name, node)));
         }
     }
-    let q = &r.quorum;
-    out.push_str(&format!(
-        "\nQuorum: voting {}, healthy {}, quorum {}, fault tolerance {} (unhealthy {}, unknown {}, learners {}){}\n",
+    out
+}
+
+fn machine_note(name: &str, node: Option<&str>) -> String {
+    match node {
+        Some(n) => format!("{name} (node {n})"),
+        None => format!("{name} (no node yet)"),
+    }
+}
+
+/// `Quorum: voting 3, healthy 2, quorum 2, fault tolerance 0 (...)`; with `members`, the count
+/// of every member (learners included) leads. `Quorum: unknown` without a member list.
+pub fn render_quorum(r: &Report, members: bool) -> String {
+    let Some(q) = &r.quorum else {
+        return "\nQuorum: unknown (no etcd member list)\n".to_string();
+    };
+    format!(
+        "\nQuorum: {}voting {}, healthy {}, quorum {}, fault tolerance {} (unhealthy {}, unknown {}, learners {}){}\n",
+        if members {
+            format!("members {}, ", q.members)
+        } else {
+            String::new()
+        },
         q.voting,
         q.healthy,
         q.quorum,
@@ -655,25 +718,15 @@ pub fn render_text(r: &Report) -> String {
         } else {
             " -- quorum not proven"
         }
-    ));
-    for v in &r.verdicts {
-        out.push_str(&format!(
-            "\nWhat if {} (as {}): {} ({})\n  {}\n",
-            v.what_if,
-            v.requester,
-            if v.allowed { "ALLOWED" } else { "DENIED" },
-            v.reason,
-            v.message
-        ));
-        for w in &v.warnings {
-            out.push_str(&format!("  warning: {w}\n"));
-        }
-    }
-    out.push_str(&format!(
+    )
+}
+
+/// `Next action: CODE` and its message (which ends with `Run: <command>` when there is one).
+pub fn render_next_action(r: &Report) -> String {
+    format!(
         "\nNext action: {}\n  {}\n",
         r.next_action.code, r.next_action.message
-    ));
-    out
+    )
 }
 
 #[cfg(test)]

@@ -4,14 +4,21 @@
 pub mod certs;
 pub mod check;
 pub mod serve;
+pub mod status;
 
+use std::ffi::OsStr;
+use std::path::Path;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Exit code for bad input (unreadable or unparseable files, unknown names): the same code
 /// clap uses for usage errors, so scripts see one "your input is wrong" code.
 pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// The file name kubectl looks for to run `kubectl quorumguard ...` (its plugin convention:
+/// `kubectl-<name>` on PATH).
+pub const KUBECTL_PLUGIN_FILE: &str = "kubectl-quorumguard";
 
 /// quorumguard keeps etcd quorum safe on Cluster API KubeadmControlPlane clusters.
 #[derive(Debug, Parser)]
@@ -26,18 +33,71 @@ pub enum Command {
     /// Judge a control plane from kubectl and etcdctl dumps: members, quorum, the next safe
     /// action, and whether the given what-ifs would be allowed.
     Check(check::CheckArgs),
+    /// Probe control planes live from the management cluster: etcd members, quorum and the
+    /// next safe action (also `kubectl quorumguard status` as a kubectl plugin).
+    Status(status::StatusArgs),
     /// Serve the validating admission webhook (HTTPS) and the admin endpoints.
-    Serve(serve::ServeArgs),
+    // Boxed: its many flags make it several times larger than the other variants.
+    Serve(Box<serve::ServeArgs>),
     /// Generate a CA and a serving certificate for the webhook, for clusters without
     /// cert-manager, and print or patch the caBundle.
     Certs(certs::CertsArgs),
+}
+
+/// The command name usage and help show, from `argv[0]`: `kubectl quorumguard` when run as the
+/// kubectl plugin (kubectl executes `kubectl-quorumguard` with that path as `argv[0]`), so the
+/// usage a user reads is the one they typed; `None` otherwise (clap's default, the file name).
+pub fn bin_name(argv0: Option<&OsStr>) -> Option<&'static str> {
+    let stem = Path::new(argv0?).file_stem()?;
+    (stem == KUBECTL_PLUGIN_FILE).then_some("kubectl quorumguard")
+}
+
+/// Parses the process's arguments (exits on usage errors and `--help`, as clap does), with the
+/// command name from [`bin_name`].
+pub fn parse() -> Cli {
+    let mut command = Cli::command();
+    if let Some(name) = bin_name(std::env::args_os().next().as_deref()) {
+        command = command.bin_name(name);
+    }
+    let matches = command.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 /// Runs the parsed command. Errors are bad input (exit 2); the caller prints them.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check(args) => check::run(&args),
-        Command::Serve(args) => serve::run(args),
+        Command::Status(args) => status::run(&args),
+        Command::Serve(args) => serve::run(*args),
         Command::Certs(args) => certs::run(&args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubectl_plugin_name_from_argv0() {
+        for argv0 in [
+            "kubectl-quorumguard",
+            "/usr/local/bin/kubectl-quorumguard",
+            "./kubectl-quorumguard.exe",
+        ] {
+            assert_eq!(
+                bin_name(Some(OsStr::new(argv0))),
+                Some("kubectl quorumguard"),
+                "{argv0}"
+            );
+        }
+        for argv0 in ["quorumguard", "/usr/bin/quorumguard", "kubectl", ""] {
+            assert_eq!(bin_name(Some(OsStr::new(argv0))), None, "{argv0}");
+        }
+        assert_eq!(bin_name(None), None);
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
     }
 }

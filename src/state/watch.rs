@@ -25,7 +25,9 @@ pub fn api_resource(kind: Kind) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1beta2", k), kind.as_str())
 }
 
-fn convert(kind: Kind, o: &DynamicObject) -> Result<Object, String> {
+/// A listed or watched object of `kind`, converted to what [`ClusterState`] holds. Shared with
+/// `quorumguard status`, which lists once instead of watching, so both read objects alike.
+pub(crate) fn convert(kind: Kind, o: &DynamicObject) -> Result<Object, String> {
     let v = serde_json::to_value(o).map_err(|e| e.to_string())?;
     match kind {
         Kind::Cluster => capi::parse_cluster(&v).map(Object::Cluster),
