@@ -109,7 +109,12 @@ impl Leadership {
     /// Leader forever: for a single replica run without leader election.
     pub fn always() -> Self {
         let l = Self::new();
-        l.hold_until(Instant::now() + Duration::from_secs(100 * 365 * 86_400));
+        let now = Instant::now();
+        let forever = [100 * 365 * 86_400, 365 * 86_400, 86_400]
+            .into_iter()
+            .find_map(|secs| now.checked_add(Duration::from_secs(secs)))
+            .unwrap_or(now);
+        l.hold_until(forever);
         l
     }
 
