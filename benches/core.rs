@@ -1,0 +1,205 @@
+//! Criterion benchmarks of the decision core (issue 6, part 1): a Machine-deletion decision and a
+//! next-action computation on 3-, 5- and 7-member control planes, and the whole review path for a
+//! real-sized (10 KB) Machine DELETE AdmissionReview: parse, decide, serialize the response.
+//!
+//! Run: `cargo bench --bench core` (targets: a decision under 2 µs; parse + decide + serialize
+//! under 20 µs). `cargo bench --bench core -- --quick` is a short smoke run.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use quorumguard::admission::Webhook;
+use quorumguard::admission::review::{self, Endpoint};
+use quorumguard::capi::{parse_cluster, parse_kcp, parse_machine};
+use quorumguard::engine::model::{
+    Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology, Health, Kcp, Machine, Member,
+};
+use quorumguard::engine::{Operation, Policy, Requester, decide, next_action};
+use quorumguard::state::{ClusterState, Object};
+use quorumguard::telemetry::Metrics;
+use serde_json::{Value, json};
+
+const NOW: i64 = 1_790_000_000;
+
+/// A healthy stacked control plane of `n` Machines, each with its voting member.
+fn control_plane(n: usize) -> ControlPlane {
+    let machines = (0..n)
+        .map(|i| {
+            let mut m = Machine::new(format!("cp-{i}"));
+            m.node_name = Some(format!("node-{i}"));
+            m.control_plane = true;
+            m.created_unix = Some(NOW - 86_400);
+            m
+        })
+        .collect();
+    let members = (0..n)
+        .map(|i| {
+            let mut m = Member::new(0x1000 + i as u64, format!("node-{i}"));
+            m.health = Health::Healthy;
+            m.is_leader = i == 0;
+            m.client_urls = vec![format!("https://10.0.0.{i}:2379")];
+            m.version = Some("3.5.21".into());
+            m
+        })
+        .collect();
+    ControlPlane {
+        cluster: Cluster {
+            name: "c".into(),
+            deleting: false,
+        },
+        kcp: Kcp {
+            name: "c-cp".into(),
+            namespace: "ns".into(),
+            replicas: n as u32,
+            etcd: EtcdTopology::Stacked,
+            max_surge: 1,
+            deleting: false,
+            version: Some("v1.33.1".into()),
+        },
+        machines,
+        etcd: EtcdState::Observed(EtcdSnapshot {
+            members,
+            age: Some(Duration::from_secs(3)),
+        }),
+    }
+}
+
+fn decisions(c: &mut Criterion) {
+    let policy = Policy::default();
+    let kcp = Requester::new(
+        "system:serviceaccount:capi-kubeadm-control-plane-system:capi-kubeadm-control-plane-manager",
+    );
+    let mut g = c.benchmark_group("decision");
+    for n in [3, 5, 7] {
+        let cp = control_plane(n);
+        let op = Operation::DeleteMachine(cp.machines[n - 1].clone());
+        g.bench_with_input(BenchmarkId::new("delete_machine", n), &cp, |b, cp| {
+            b.iter(|| decide(black_box(cp), black_box(&op), &kcp, &policy, NOW))
+        });
+        g.bench_with_input(BenchmarkId::new("next_action", n), &cp, |b, cp| {
+            b.iter(|| next_action(black_box(cp), &policy, NOW))
+        });
+    }
+    g.finish();
+}
+
+fn fixture(name: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/admission-reviews/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// kube-apiserver's Machine DELETE review by a human, grown to 10 KB with the managedFields a
+/// real Machine carries (the fixture as captured has them stripped).
+fn review_10k() -> Vec<u8> {
+    let mut r = fixture("machine-delete-by-user.json");
+    let entry = json!({
+        "manager": "manager", "operation": "Update", "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "time": "2026-11-30T10:00:00Z", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {"f:labels": {"f:cluster.x-k8s.io/cluster-name": {},
+            "f:cluster.x-k8s.io/control-plane": {}, "f:cluster.x-k8s.io/control-plane-name": {}}},
+            "f:status": {"f:addresses": {}, "f:conditions": {}, "f:nodeRef": {}, "f:phase": {}}}
+    });
+    let mut fields = Vec::new();
+    while serde_json::to_vec(&r).map(|v| v.len()).unwrap_or(0) < 10 * 1024 {
+        fields.push(entry.clone());
+        r["request"]["oldObject"]["metadata"]["managedFields"] = json!(fields);
+    }
+    serde_json::to_vec(&r).expect("json")
+}
+
+/// The webhook's state holding the fixture's Cluster, KCP and its three Machines, with a fresh
+/// healthy probe of three members named after their nodes.
+fn webhook() -> Webhook {
+    let state = Arc::new(ClusterState::new());
+    let user = fixture("machine-delete-by-user.json");
+    let machine = user["request"]["oldObject"].clone();
+    let kcp = fixture("kcp-update-version.json")["request"]["oldObject"].clone();
+    let ns = machine["metadata"]["namespace"]
+        .as_str()
+        .expect("ns")
+        .to_string();
+    let cluster = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "test", "namespace": ns},
+        "spec": {"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
+                 "kind": "KubeadmControlPlane", "name": kcp["metadata"]["name"]}},
+    });
+    // As the watches do: a relist per kind, the objects, then the relist done (synced).
+    for kind in quorumguard::state::Kind::ALL {
+        state.relist_start(kind);
+    }
+    state.apply(Object::Cluster(parse_cluster(&cluster).expect("cluster")));
+    state.apply(Object::Kcp(parse_kcp(&kcp).expect("kcp")));
+    let mut members = Vec::new();
+    for i in 0..3 {
+        let mut m = machine.clone();
+        let name = if i == 0 {
+            m["metadata"]["name"].as_str().expect("name").to_string()
+        } else {
+            format!("test-m{i}")
+        };
+        m["metadata"]["name"] = json!(name);
+        let node = format!("node-{i}");
+        m["status"]["nodeRef"]["name"] = json!(node);
+        state.apply(Object::Machine(parse_machine(&m).expect("machine")));
+        let mut member = Member::new(0x2000 + i, node);
+        member.health = Health::Healthy;
+        members.push(member);
+    }
+    for kind in quorumguard::state::Kind::ALL {
+        state.relist_done(kind);
+    }
+    state.set_health(&ns, "test", members, Instant::now());
+    Webhook::new(
+        state,
+        Policy::default(),
+        Arc::new(Metrics::new()),
+        None,
+        Duration::from_secs(30),
+    )
+}
+
+fn review_path(c: &mut Criterion) {
+    let body = review_10k();
+    let w = webhook();
+    // The path the HTTP handler takes, without the HTTP.
+    let once = |body: &[u8]| -> Vec<u8> {
+        let d = review::decode(Endpoint::Machines, body).expect("decodes");
+        let o = w.judge(&d);
+        let v = o
+            .verdict
+            .as_ref()
+            .unwrap_or_else(|| panic!("no verdict: {}", o.reason));
+        let resp = review::respond(
+            &d.request,
+            v.allowed,
+            v.reason.as_str(),
+            &v.message,
+            &v.warnings,
+        );
+        serde_json::to_vec(&resp).expect("serializes")
+    };
+    let first: Value = serde_json::from_slice(&once(&body)).expect("response");
+    assert_eq!(first["response"]["allowed"], false, "{first:#}");
+    let mut g = c.benchmark_group("review");
+    g.throughput(criterion::Throughput::Bytes(body.len() as u64));
+    g.bench_function("machine_delete_10k_parse_decide_serialize", |b| {
+        b.iter(|| once(black_box(&body)))
+    });
+    g.bench_function("machine_delete_10k_json_value_only", |b| {
+        b.iter(|| serde_json::from_slice::<Value>(black_box(&body)).expect("json"))
+    });
+    g.bench_function("machine_delete_10k_parse_only", |b| {
+        b.iter(|| review::decode(Endpoint::Machines, black_box(&body)).expect("decodes"))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, decisions, review_path);
+criterion_main!(benches);
