@@ -23,7 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime};
 
-use quorumguard::etcd::{ClientTls, certs::sign_client_cert};
+use crate::etcd::{ClientTls, certs::sign_client_cert};
 use rcgen::string::PrintableString;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, DnValue,
