@@ -10,6 +10,7 @@ pub mod dumps;
 pub mod engine;
 pub mod etcd;
 pub mod lease;
+pub mod playground;
 pub mod server;
 pub mod state;
 pub mod status;

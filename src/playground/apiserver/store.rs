@@ -304,7 +304,7 @@ impl Store {
         Ok(())
     }
 
-    /// Sets an object straight into the store (test hook): no admission, no subresource rules.
+    /// Sets an object straight into the store ([`super::ApiServer::insert`]): no admission, no subresource rules.
     pub fn put_direct(&mut self, key: Key, mut object: Value) -> Value {
         if let Some(old) = self.objects.get(&key) {
             for field in ["uid", "creationTimestamp"] {

@@ -9,7 +9,7 @@
 //! little-endian. Client frames on channel 0 are bytes for the pod. When the pod's port cannot
 //! be reached, the error channel carries the kubelet's text and the connection closes.
 //!
-//! This is a **stand-in**: there are no pods and no kubelet. A test maps a pod to a TCP address
+//! This is a **stand-in**: there are no pods and no kubelet. The caller maps a pod to a TCP address
 //! on this machine ([`super::ApiServer::forward_pod`]) and every forwarded connection is dialled
 //! there. Not done: more than one port per request (400), SPDY (only WebSocket), the base64
 //! subprotocol, `portforward.k8s.io` tunnelling, authorization of the `pods/portforward`

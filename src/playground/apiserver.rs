@@ -1,7 +1,8 @@
-//! A **test double** for kube-apiserver: an in-memory server that speaks the Kubernetes REST
+//! A **stand-in** for kube-apiserver: an in-memory server that speaks the Kubernetes REST
 //! protocol over plain HTTP on 127.0.0.1, so that a real `kube::Client` (its whole stack:
 //! request building, error decoding, watch streams, `kube::runtime::watcher`) can be tested
-//! without a cluster. It is not Kubernetes and proves nothing a real cluster would not.
+//! without a cluster, and so that the playground has an API server to point quorumguard and
+//! `kubectl` at. It is not Kubernetes and proves nothing a real cluster would not.
 //!
 //! What it does:
 //! - Serves the resources in [`default_resources`] (Cluster, Machine, KubeadmControlPlane as
@@ -24,11 +25,12 @@
 //!   stored `.status` and bump `metadata.generation` when anything but metadata changes;
 //!   `/status` writes change only `.status` and leave generation alone; no-op writes get no new
 //!   resourceVersion and no event. One global resourceVersion counter for all objects.
-//! - Test hooks on [`ApiServer`]: insert/modify/remove objects directly, read them, inject
-//!   failures and delays per verb and path, add latency, drop every open watch, count requests,
-//!   forget the watch history, and an admission hook called on CREATE, UPDATE and DELETE.
+//! - Hooks on [`ApiServer`] (for tests and the playground): insert/modify/remove objects
+//!   directly, read them, inject failures and delays per verb and path, add latency, drop every
+//!   open watch, count requests, forget the watch history, and an admission hook called on
+//!   CREATE, UPDATE and DELETE.
 //! - Port-forward to pods (`pods/{name}/portforward`, WebSocket, `v4.channel.k8s.io`), relayed to
-//!   a TCP address a test maps the pod to ([`ApiServer::forward_pod`]); an unmapped pod is 404
+//!   a TCP address the caller maps the pod to ([`ApiServer::forward_pod`]); an unmapped pod is 404
 //!   NotFound. `portforward.rs` says what of the real protocol it does and does not do.
 //!
 //! What it does NOT do:
@@ -173,6 +175,8 @@ impl Fault {
 /// State shared by the handle and the request handlers.
 struct Shared {
     addr: SocketAddr,
+    /// `http://<addr>`, parsed once so that a client configuration cannot fail.
+    uri: axum::http::Uri,
     store: Mutex<Store>,
     faults: Mutex<Vec<Fault>>,
     latency: Mutex<Duration>,
@@ -268,6 +272,21 @@ impl Shared {
     }
 }
 
+/// Why a direct operation on the store ([`ApiServer::insert`], [`ApiServer::modify`]) failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// `resource` is a kind (from an object) or a plural (from an `ApiResource`).
+    #[error("{api_version} {resource} is not served")]
+    NotServed {
+        api_version: String,
+        resource: String,
+    },
+    #[error("metadata.{0} is required")]
+    MissingField(&'static str),
+    #[error("{namespace}/{name} not found")]
+    NotFound { namespace: String, name: String },
+}
+
 /// A running stand-in. Dropping it stops the server and aborts its open watches.
 pub struct ApiServer {
     shared: Arc<Shared>,
@@ -291,8 +310,12 @@ impl ApiServer {
     pub async fn start_with(defs: Vec<ResourceDef>) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
+        let uri = format!("http://{addr}")
+            .parse()
+            .map_err(std::io::Error::other)?;
         let shared = Arc::new(Shared {
             addr,
+            uri,
             store: Mutex::new(Store::new(defs)),
             faults: Mutex::new(Vec::new()),
             latency: Mutex::new(Duration::ZERO),
@@ -326,11 +349,7 @@ impl ApiServer {
 
     /// A client configuration for this server (namespace `default`).
     pub fn kubeconfig(&self) -> kube::Config {
-        let url = self
-            .url()
-            .parse()
-            .expect("a URL made of a socket address parses");
-        let mut config = kube::Config::new(url);
+        let mut config = kube::Config::new(self.shared.uri.clone());
         config.default_namespace = "default".into();
         config
     }
@@ -364,16 +383,19 @@ impl ApiServer {
         kube::Client::try_from(self.kubeconfig())
     }
 
-    fn res(&self, ar: &ApiResource) -> Result<usize, String> {
+    fn res(&self, ar: &ApiResource) -> Result<usize, StoreError> {
         self.shared
             .store()
             .def_index(&ar.group, &ar.version, &ar.plural)
-            .ok_or_else(|| format!("{} {} is not served", ar.api_version, ar.plural))
+            .ok_or_else(|| StoreError::NotServed {
+                api_version: ar.api_version.clone(),
+                resource: ar.plural.clone(),
+            })
     }
 
     /// Stores `object` as is (its type from `apiVersion`/`kind`), like a controller with no
     /// rules in the way: keeps `.status`, no admission. Replaces an existing object.
-    pub fn insert(&self, object: Value) -> Result<Value, String> {
+    pub fn insert(&self, object: Value) -> Result<Value, StoreError> {
         let api_version = object
             .get("apiVersion")
             .and_then(Value::as_str)
@@ -382,12 +404,16 @@ impl ApiServer {
         let mut store = self.shared.store();
         let res = store
             .def_by_type(api_version, kind)
-            .ok_or_else(|| format!("{api_version} {kind} is not served"))?;
+            .ok_or_else(|| StoreError::NotServed {
+                api_version: api_version.to_string(),
+                resource: kind.to_string(),
+            })?;
         let name = meta_str(&object, "name")
-            .ok_or("metadata.name is required")?
+            .ok_or(StoreError::MissingField("name"))?
             .to_string();
-        let ns = if store.defs[res].namespaced {
-            meta_str(&object, "namespace").ok_or("metadata.namespace is required")?
+        let namespaced = store.defs.get(res).is_some_and(|d| d.namespaced);
+        let ns = if namespaced {
+            meta_str(&object, "namespace").ok_or(StoreError::MissingField("namespace"))?
         } else {
             ""
         };
@@ -402,13 +428,16 @@ impl ApiServer {
         ns: &str,
         name: &str,
         change: impl FnOnce(&mut Value),
-    ) -> Result<Value, String> {
+    ) -> Result<Value, StoreError> {
         let key = (self.res(ar)?, ns.to_string(), name.to_string());
         let mut store = self.shared.store();
         let mut object = store
             .get(&key)
             .cloned()
-            .ok_or_else(|| format!("{ns}/{name} not found"))?;
+            .ok_or_else(|| StoreError::NotFound {
+                namespace: ns.to_string(),
+                name: name.to_string(),
+            })?;
         change(&mut object);
         Ok(store.commit_update(&key, object))
     }

@@ -85,7 +85,9 @@ fn route(defs: &[ResourceDef], path: &str) -> Route {
     else {
         return Route::Unknown;
     };
-    let namespaced = defs[res].namespaced;
+    let Some(namespaced) = defs.get(res).map(|d| d.namespaced) else {
+        return Route::Unknown;
+    };
     if (namespaced && namespace.is_none() && name.is_some()) || (!namespaced && namespace.is_some())
     {
         return Route::Unknown;
@@ -270,7 +272,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     }
     if let Some(code) = fail {
         let target = match &route {
-            Route::Resource(t) => t.name.as_deref().map(|n| (&defs[t.res], n)),
+            Route::Resource(t) => t.name.as_deref().zip(defs.get(t.res)).map(|(n, d)| (d, n)),
             _ => None,
         };
         return error_response(&ApiError::injected(code, target));
@@ -322,7 +324,9 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
         Route::Unknown => return error_response(&ApiError::no_such_resource()),
         Route::Resource(t) => t,
     };
-    let def = defs[target.res].clone();
+    let Some(def) = defs.get(target.res).cloned() else {
+        return error_response(&ApiError::no_such_resource());
+    };
     let call = Call {
         shared,
         method: parts.method,

@@ -129,7 +129,7 @@ pub fn apply_patch(call: &Call, current: &Value) -> Result<Value, ApiError> {
             let patch = call.body_json()?;
             if needs_strategy(&patch) {
                 return Err(ApiError::unsupported_media(
-                    "quorumguard test stand-in: strategic merge patch with lists or $-directives is not implemented",
+                    "quorumguard API-server stand-in: strategic merge patch with lists or $-directives is not implemented",
                 ));
             }
             // Without lists or directives a strategic merge patch is a JSON merge patch.
@@ -137,7 +137,7 @@ pub fn apply_patch(call: &Call, current: &Value) -> Result<Value, ApiError> {
         }
         "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
             return Err(ApiError::unsupported_media(
-                "quorumguard test stand-in: server-side apply is not implemented",
+                "quorumguard API-server stand-in: server-side apply is not implemented",
             ));
         }
         _ => return Err(unknown()),

@@ -146,16 +146,16 @@ impl ApiError {
         Self::new(410, "Expired", message, None)
     }
 
-    /// A failure injected by a test, shaped like the real failure for that code.
+    /// A failure injected with [`super::ApiServer::fail_next`], shaped like the real failure for that code.
     pub fn injected(code: u16, target: Option<(&ResourceDef, &str)>) -> Self {
         match (code, target) {
             (409, Some((def, name))) => Self::modified(def, name),
             (404, Some((def, name))) => Self::not_found(def, name),
-            (500, _) => Self::internal("injected by the test stand-in"),
+            (500, _) => Self::internal("injected into the API-server stand-in"),
             _ => Self::new(
                 code,
                 reason_for(code),
-                format!("injected by the test stand-in (HTTP {code})"),
+                format!("injected into the API-server stand-in (HTTP {code})"),
                 None,
             ),
         }

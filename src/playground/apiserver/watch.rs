@@ -146,7 +146,7 @@ impl WatchState {
                 biased;
                 _ = self.kill.changed() => {
                     self.done = true;
-                    let err = std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "watch dropped by the test");
+                    let err = std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "watch dropped (ApiServer::drop_watches)");
                     return Some(Err(err));
                 }
                 ev = self.rx.recv() => return ev.map(|v| Ok(line(&self.shown(v)))),
