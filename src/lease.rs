@@ -212,16 +212,13 @@ impl Elector {
                     self.leadership.lose();
                 }
                 Err(e) => {
-                    if self.leadership.until().is_some_and(|u| Instant::now() >= u) {
-                        tracing::warn!(lease = %self.lease_name(), error = %e, "could not renew the lease in time: this replica stops writing KCP status");
-                        self.leadership.lose();
-                    } else {
-                        tracing::debug!(lease = %self.lease_name(), error = %e, "lease attempt failed");
-                    }
+                    tracing::debug!(lease = %self.lease_name(), error = %e, "lease attempt failed");
                 }
             }
-            // A lost deadline is noticed by `is_leader` at once; tell the subscribers too.
+            // No successful renewal within the renew deadline: `is_leader` already says no;
+            // tell the subscribers too.
             if self.leadership.until().is_some_and(|u| Instant::now() >= u) {
+                tracing::warn!(lease = %self.lease_name(), "could not renew the lease in time: this replica stops writing KCP status");
                 self.leadership.lose();
             }
             tokio::time::sleep(self.cfg.retry_period.saturating_sub(started.elapsed())).await;
@@ -229,7 +226,8 @@ impl Elector {
     }
 
     /// Gives the Lease up (on shutdown), so another replica takes over at once instead of after
-    /// `lease_duration`. Only when this replica holds it; bounded by `retry_period`.
+    /// `lease_duration`. Only when this replica holds it; each request is bounded by the renew
+    /// deadline.
     pub async fn release(&self) -> Result<(), LeaseError> {
         let was_leader = self.leadership.until().is_some();
         self.leadership.lose();

@@ -16,3 +16,12 @@ pub mod state;
 pub mod status;
 pub mod telemetry;
 pub mod tls;
+
+/// Seconds since the Unix epoch, for the engine's `now_unix` inputs (the engine itself never
+/// reads a clock). A clock before 1970 reads as 0.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

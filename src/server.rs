@@ -124,7 +124,8 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
     let mut elector = None;
     if let Some(cfg) = config.sweep.clone() {
         let enricher_metrics = Arc::new(EnricherMetrics::register(&metrics));
-        let publisher = config.status.clone().map(|status| {
+        let mut publisher = None;
+        if let Some(status) = config.status.clone() {
             let l = match status.lease {
                 Some(lease) => {
                     let l = Leadership::new();
@@ -137,21 +138,21 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
                 None => Leadership::always(),
             };
             leadership = Some(l.clone());
-            Arc::new(Publisher::new(
+            publisher = Some(Arc::new(Publisher::new(
                 client.clone(),
                 state.clone(),
                 config.policy.clone(),
                 l,
                 status.publish,
-                Some(enricher_metrics.clone()),
-            ))
-        });
+                enricher_metrics.clone(),
+            )));
+        }
         tasks.push(tokio::spawn(publish::enrich(
             client.clone(),
             state.clone(),
             cfg,
             publisher,
-            Some(enricher_metrics),
+            enricher_metrics,
         )));
     }
 

@@ -10,7 +10,7 @@ pub mod reservations;
 pub mod review;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -84,10 +84,7 @@ impl Webhook {
     /// Decides a decoded review. Synchronous and quick: it reads the caches, never waits.
     pub fn judge(&self, d: &Decoded) -> Outcome {
         let now = Instant::now();
-        let now_unix = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
+        let now_unix = crate::unix_now();
         let (kcp_name, op) = match &d.subject {
             Subject::Unhandled(_) => {
                 return Outcome {

@@ -16,6 +16,11 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 /// clap uses for usage errors, so scripts see one "your input is wrong" code.
 pub const EXIT_BAD_INPUT: u8 = 2;
 
+/// Parses a duration flag (`500ms`, `2s`, `10m`) for every subcommand alike.
+pub(crate) fn duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 2s, 10m)"))
+}
+
 /// The file name kubectl looks for to run `kubectl quorumguard ...` (its plugin convention:
 /// `kubectl-<name>` on PATH).
 pub const KUBECTL_PLUGIN_FILE: &str = "kubectl-quorumguard";

@@ -34,10 +34,6 @@ impl From<UnknownHealth> for OnUnknownHealth {
     }
 }
 
-fn duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 5s, 10m)"))
-}
-
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Every flag has an environment twin (shown as [env: ...]). The webhook answers on --listen over
@@ -63,7 +59,7 @@ pub struct ServeArgs {
     #[arg(long, env = "QUORUMGUARD_TLS_KEY_FILE", default_value = "/tls/tls.key")]
     pub tls_key_file: PathBuf,
     /// How often to look for a new certificate (kubelet swaps Secret volumes atomically).
-    #[arg(long, env = "QUORUMGUARD_TLS_RELOAD_INTERVAL", default_value = "5s", value_parser = duration)]
+    #[arg(long, env = "QUORUMGUARD_TLS_RELOAD_INTERVAL", default_value = "5s", value_parser = super::duration)]
     pub tls_reload_interval: Duration,
     /// Log format.
     #[arg(
@@ -105,19 +101,19 @@ pub struct ServeArgs {
     )]
     pub unknown_health_controllers: UnknownHealth,
     /// An etcd probe older than this counts as unknown health.
-    #[arg(long, env = "QUORUMGUARD_MAX_HEALTH_AGE", default_value = "60s", value_parser = duration)]
+    #[arg(long, env = "QUORUMGUARD_MAX_HEALTH_AGE", default_value = "60s", value_parser = super::duration)]
     pub max_health_age: Duration,
     /// How long a new Machine may have no etcd member before it counts as broken.
-    #[arg(long, env = "QUORUMGUARD_JOIN_GRACE", default_value = "10m", value_parser = duration)]
+    #[arg(long, env = "QUORUMGUARD_JOIN_GRACE", default_value = "10m", value_parser = super::duration)]
     pub join_grace: Duration,
     /// How long an allowed deletion is held against later reviews if the cache never shows it.
-    #[arg(long, env = "QUORUMGUARD_RESERVATION_TTL", default_value = "30s", value_parser = duration)]
+    #[arg(long, env = "QUORUMGUARD_RESERVATION_TTL", default_value = "30s", value_parser = super::duration)]
     pub reservation_ttl: Duration,
     /// After SIGTERM, how long to report not-ready before refusing new connections.
-    #[arg(long, env = "QUORUMGUARD_SHUTDOWN_DELAY", default_value = "5s", value_parser = duration)]
+    #[arg(long, env = "QUORUMGUARD_SHUTDOWN_DELAY", default_value = "5s", value_parser = super::duration)]
     pub shutdown_delay: Duration,
     /// How long in-flight reviews may take to finish during shutdown.
-    #[arg(long, env = "QUORUMGUARD_SHUTDOWN_GRACE", default_value = "15s", value_parser = duration)]
+    #[arg(long, env = "QUORUMGUARD_SHUTDOWN_GRACE", default_value = "15s", value_parser = super::duration)]
     pub shutdown_grace: Duration,
     /// This replica's name, reported in Events.
     #[arg(long, env = "POD_NAME")]
@@ -127,10 +123,10 @@ pub struct ServeArgs {
     pub no_events: bool,
     /// Time between two sweeps of every workload cluster's etcd (a Machine appearing or going
     /// triggers one sooner).
-    #[arg(long, env = "QUORUMGUARD_PROBE_INTERVAL", default_value = "10s", value_parser = duration)]
+    #[arg(long, env = "QUORUMGUARD_PROBE_INTERVAL", default_value = "10s", value_parser = super::duration)]
     pub probe_interval: Duration,
     /// Deadline of one cluster's probe (member list, then every member in parallel).
-    #[arg(long, env = "QUORUMGUARD_PROBE_TIMEOUT", default_value = "2s", value_parser = duration)]
+    #[arg(long, env = "QUORUMGUARD_PROBE_TIMEOUT", default_value = "2s", value_parser = super::duration)]
     pub probe_timeout: Duration,
     /// Clusters probed at once.
     #[arg(long, env = "QUORUMGUARD_PROBE_CONCURRENCY", default_value_t = 16)]
@@ -148,7 +144,7 @@ pub struct ServeArgs {
     pub no_status: bool,
     /// Re-publish figures that move on every probe (raft index, DB size) at most this often;
     /// anything else that changes is published after the next sweep.
-    #[arg(long, env = "QUORUMGUARD_STATUS_REFRESH", default_value = "5m", value_parser = duration)]
+    #[arg(long, env = "QUORUMGUARD_STATUS_REFRESH", default_value = "5m", value_parser = super::duration)]
     pub status_refresh: Duration,
     /// Write KCP status without holding the Lease. Only for a single replica: two replicas
     /// without a Lease would both write.
@@ -165,14 +161,14 @@ pub struct ServeArgs {
     )]
     pub leader_election_lease: String,
     /// How long other replicas wait, after last seeing the Lease renewed, before taking over.
-    #[arg(long, default_value = "15s", value_parser = duration)]
+    #[arg(long, default_value = "15s", value_parser = super::duration)]
     pub lease_duration: Duration,
     /// The holder stops writing when it has not renewed the Lease for this long (shorter than
     /// --lease-duration, so two writers never overlap).
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = super::duration)]
     pub lease_renew_deadline: Duration,
     /// Time between two attempts to take or renew the Lease.
-    #[arg(long, default_value = "2s", value_parser = duration)]
+    #[arg(long, default_value = "2s", value_parser = super::duration)]
     pub lease_retry_period: Duration,
 }
 

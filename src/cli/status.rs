@@ -82,19 +82,15 @@ pub struct StatusArgs {
     pub output: Format,
     /// Deadline of one cluster's etcd probe (reading its CA Secret, then the member list and
     /// every member in parallel). A frozen or dead member shows as unhealthy with its error.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = super::duration)]
     pub probe_timeout: Duration,
     /// How to reach workload etcd when the Cluster has no `quorumguard.io/etcd-transport`
     /// annotation.
     #[arg(long, value_enum, default_value_t = TransportKind::default())]
     pub etcd_transport: TransportKind,
     /// How long one request to the management cluster's API server may take.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = super::duration)]
     pub request_timeout: Duration,
-}
-
-fn duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 2s, 1m)"))
 }
 
 /// The output of `quorumguard status -o json`. Stable like `check`'s: fields are added, never

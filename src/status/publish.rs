@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -142,7 +142,7 @@ pub struct Publisher {
     policy: Policy,
     leadership: Leadership,
     cfg: PublishConfig,
-    metrics: Option<Arc<EnricherMetrics>>,
+    metrics: Arc<EnricherMetrics>,
     written: Mutex<HashMap<Key, Written>>,
     /// Whether the previous round ran as leader: a round that finds it newly leading forgets.
     was_leader: AtomicBool,
@@ -155,7 +155,7 @@ impl Publisher {
         policy: Policy,
         leadership: Leadership,
         cfg: PublishConfig,
-        metrics: Option<Arc<EnricherMetrics>>,
+        metrics: Arc<EnricherMetrics>,
     ) -> Self {
         Publisher {
             client,
@@ -175,7 +175,7 @@ impl Publisher {
 
     /// Forgets what was written, so the next round reads and re-publishes every KCP (on taking
     /// the Lease: another replica's writes may differ from ours).
-    pub fn forget(&self) {
+    fn forget(&self) {
         self.lock().clear();
     }
 
@@ -184,9 +184,7 @@ impl Publisher {
     }
 
     fn count(&self, r: WriteResult) {
-        if let Some(m) = &self.metrics {
-            m.write(r);
-        }
+        self.metrics.write(r);
     }
 
     /// Publishes every KCP the caches hold, `concurrency` at a time.
@@ -247,7 +245,7 @@ impl Publisher {
         };
         let probe_error = self.state.probe_error(namespace, &cp.cluster.name);
         let generation = self.state.kcp_generation(namespace, name);
-        let now_unix = unix_now();
+        let now_unix = crate::unix_now();
         let fingerprint = fingerprint(&cp, &self.policy, generation, probe_error.as_deref());
         if let Some(w) = self.lock().get(&key)
             && w.fingerprint == fingerprint
@@ -389,13 +387,6 @@ impl Publisher {
     }
 }
 
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 /// `status.conditions` of a KCP as read; absent means none. Anything else that does not parse is
 /// an error: a writer that cannot read the list must not replace it.
 fn existing_conditions(data: &serde_json::Value) -> Result<Vec<Condition>, String> {
@@ -492,20 +483,16 @@ pub async fn enrich(
     state: Arc<ClusterState>,
     sweep: SweepConfig,
     publisher: Option<Arc<Publisher>>,
-    metrics: Option<Arc<EnricherMetrics>>,
+    metrics: Arc<EnricherMetrics>,
 ) {
     let probers = Probers::default();
     let mut leadership = publisher.as_ref().map(|p| p.leadership().subscribe());
     loop {
         let started = Instant::now();
         sweep_once(&client, &state, &sweep, &probers).await;
-        if let Some(m) = &metrics {
-            m.observe_sweep(&figures(&state));
-        }
+        metrics.observe_sweep(&figures(&state));
         if let Some(p) = &publisher {
-            if let Some(m) = &metrics {
-                m.set_leader(p.leadership().is_leader());
-            }
+            metrics.set_leader(p.leadership().is_leader());
             let s = p.publish_all().await;
             if s != Summary::default() {
                 tracing::debug!(
