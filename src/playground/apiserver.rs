@@ -28,7 +28,12 @@
 //! - Hooks on [`ApiServer`] (for tests and the playground): insert/modify/remove objects
 //!   directly, read them, inject failures and delays per verb and path, add latency, drop every
 //!   open watch, count requests, forget the watch history, and an admission hook called on
-//!   CREATE, UPDATE and DELETE.
+//!   CREATE, UPDATE and DELETE. The hook sees what a validating webhook would (the object, the
+//!   old object, the user, dry run, and the request's Create/Update/DeleteOptions as
+//!   kube-apiserver builds them) and may allow, allow with warnings (sent to the client as
+//!   `Warning: 299 - "<text>"` headers, which kubectl prints as `Warning: <text>`; also on a
+//!   refusal), or refuse with a Status. [`super::webhooks`] is such a hook: it calls real
+//!   webhooks over HTTPS as a ValidatingWebhookConfiguration says.
 //! - Port-forward to pods (`pods/{name}/portforward`, WebSocket, `v4.channel.k8s.io`), relayed to
 //!   a TCP address the caller maps the pod to ([`ApiServer::forward_pod`]); an unmapped pod is 404
 //!   NotFound. `portforward.rs` says what of the real protocol it does and does not do.
@@ -36,7 +41,10 @@
 //! What it does NOT do:
 //! - No authentication or authorization: every request is allowed; the user is the
 //!   `Impersonate-User` header when given, else `system:anonymous`. No TLS.
-//! - No admission chain beyond the one hook; no mutating admission; no webhooks are called.
+//! - No admission chain beyond the one hook; no mutating admission. Webhooks are called only
+//!   when [`super::webhooks::WebhookDispatcher`] is installed as that hook (see its module
+//!   documentation for what of kube-apiserver's webhook dispatch it does and does not do).
+//!   Warning headers are not truncated or limited in count as kube-apiserver's are.
 //! - No CRD schema: no validation, defaulting, pruning of unknown fields, or conversion
 //!   (one version per resource); no built-in type validation (Secret data, Event fields, ...).
 //! - No server-side apply (415), no strategic merge patch for lists or `$` directives (415),
@@ -108,7 +116,11 @@ pub struct AdmissionAttempt {
     /// The `Impersonate-User` header, or `system:anonymous`.
     pub user: String,
     pub dry_run: bool,
-    /// The DeleteOptions body of a DELETE.
+    /// The request's options as kube-apiserver hands them to admission (`apiVersion`
+    /// `meta.k8s.io/v1`): for DELETE the DeleteOptions body (or, without a body, the query's
+    /// `dryRun`, `gracePeriodSeconds`, `propagationPolicy`, `orphanDependents`); for CREATE and
+    /// UPDATE (incl. PATCH) CreateOptions/UpdateOptions from the query's `dryRun`,
+    /// `fieldManager` and `fieldValidation`.
     pub options: Option<Value>,
 }
 
@@ -116,12 +128,26 @@ pub struct AdmissionAttempt {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AdmissionVerdict {
     Allow,
+    /// Allow, and send each text to the client as a `Warning: 299 - "<text>"` header (once per
+    /// text, as kube-apiserver deduplicates them).
+    AllowWithWarnings(Vec<String>),
     /// Refuse: answered like a webhook denial (`admission webhook "<hook>" denied the request:
     /// <message>`), with `code` (403 when below 400) and `reason` (may be empty).
     Deny {
         code: u16,
         reason: String,
         message: String,
+    },
+    /// Refuse with exactly this Status (no prefix added: the hook formats the message, as a
+    /// webhook dispatcher serving several webhooks must), and send `warnings` too. `code` below
+    /// 400 becomes 403; an empty `reason` is left out, as Go's `omitempty` does.
+    Reject {
+        code: u16,
+        reason: String,
+        message: String,
+        /// The Status `details`, if any.
+        details: Option<Value>,
+        warnings: Vec<String>,
     },
 }
 
@@ -241,13 +267,26 @@ impl Shared {
         (delay, fail)
     }
 
-    async fn admit(&self, attempt: AdmissionAttempt) -> Result<(), ApiError> {
+    /// Runs the admission hook: the warnings for the client (whatever the outcome), and whether
+    /// the request may go on.
+    async fn admit(&self, attempt: AdmissionAttempt) -> (Vec<String>, Result<(), ApiError>) {
         let hook = lock(&self.hook).clone();
         let Some((name, hook)) = hook else {
-            return Ok(());
+            return (Vec::new(), Ok(()));
+        };
+        let status = |code: u16, reason: &str, message: String, details: Option<Value>| {
+            let code = if code < 400 { 403 } else { code };
+            let mut err = ApiError::new(code, reason, message, details);
+            if reason.is_empty()
+                && let Some(map) = err.body.as_object_mut()
+            {
+                map.remove("reason");
+            }
+            err
         };
         match hook(attempt).await {
-            AdmissionVerdict::Allow => Ok(()),
+            AdmissionVerdict::Allow => (Vec::new(), Ok(())),
+            AdmissionVerdict::AllowWithWarnings(warnings) => (warnings, Ok(())),
             AdmissionVerdict::Deny {
                 code,
                 reason,
@@ -259,15 +298,15 @@ impl Shared {
                 } else {
                     format!("{denied}: {message}")
                 };
-                let code = if code < 400 { 403 } else { code };
-                let mut err = ApiError::new(code, &reason, message, None);
-                if reason.is_empty()
-                    && let Some(map) = err.body.as_object_mut()
-                {
-                    map.remove("reason");
-                }
-                Err(err)
+                (Vec::new(), Err(status(code, &reason, message, None)))
             }
+            AdmissionVerdict::Reject {
+                code,
+                reason,
+                message,
+                details,
+                warnings,
+            } => (warnings, Err(status(code, &reason, message, details))),
         }
     }
 }
@@ -532,7 +571,8 @@ impl ApiServer {
     }
 
     /// Calls `hook` on every CREATE, UPDATE (incl. subresources) and DELETE before it is
-    /// applied; a denial is answered as webhook `name` denying it.
+    /// applied; a [`AdmissionVerdict::Deny`] is answered as webhook `name` denying it. Replaces
+    /// an earlier hook.
     pub fn set_admission_hook(
         &self,
         name: &str,

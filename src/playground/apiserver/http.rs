@@ -1,10 +1,10 @@
 //! Routing and the REST verbs: discovery, get, list, watch, create, update, patch, delete.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::body::{Body, Bytes, to_bytes};
 use axum::extract::{Query, Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use serde_json::{Value, json};
 
@@ -14,7 +14,7 @@ use super::select::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 use super::store::{self, Filter, Key};
 use super::writes::{apply_patch, create, delete, delete_collection, write};
-use super::{AdmissionAttempt, Operation, Shared, portforward, watch};
+use super::{AdmissionAttempt, Operation, Shared, lock, portforward, watch};
 
 /// Request bodies above this size are refused, as kube-apiserver does (3 MiB objects, plus slack).
 const BODY_LIMIT: usize = 8 << 20;
@@ -34,6 +34,15 @@ impl Params {
 
     pub fn flag(&self, key: &str) -> bool {
         matches!(self.get(key), Some("true" | "1"))
+    }
+
+    /// Every value of a repeatable parameter (`dryRun=All&dryRun=...`), in order.
+    pub fn all(&self, key: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 }
 
@@ -151,6 +160,8 @@ pub struct Call {
     pub body: Bytes,
     pub def: ResourceDef,
     pub target: Target,
+    /// Admission warnings for the response, each text once, in order.
+    pub warnings: Mutex<Vec<String>>,
 }
 
 impl Call {
@@ -208,6 +219,34 @@ impl Call {
         })
     }
 
+    /// Runs admission; keeps its warnings for the response whatever the outcome.
+    pub async fn admit(&self, attempt: AdmissionAttempt) -> Result<(), ApiError> {
+        let (warnings, result) = self.shared.admit(attempt).await;
+        let mut kept = lock(&self.warnings);
+        for w in warnings {
+            if !w.is_empty() && !kept.contains(&w) {
+                kept.push(w);
+            }
+        }
+        result
+    }
+
+    /// CreateOptions or UpdateOptions from the query, as kube-apiserver passes them to
+    /// admission (a PATCH's PatchOptions become UpdateOptions without `force`).
+    fn write_options(&self, kind: &str) -> Value {
+        let mut options = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+        let dry_run = self.params.all("dryRun");
+        if !dry_run.is_empty() {
+            options["dryRun"] = json!(dry_run);
+        }
+        for key in ["fieldManager", "fieldValidation"] {
+            if let Some(v) = self.params.get(key).filter(|v| !v.is_empty()) {
+                options[key] = json!(v);
+            }
+        }
+        options
+    }
+
     pub fn attempt(
         &self,
         operation: Operation,
@@ -237,7 +276,12 @@ impl Call {
             old_object,
             user: user.to_string(),
             dry_run: self.dry_run(),
-            options: None,
+            options: match operation {
+                Operation::Create => Some(self.write_options("CreateOptions")),
+                Operation::Update => Some(self.write_options("UpdateOptions")),
+                // The DELETE handler sets them from its body.
+                Operation::Delete => None,
+            },
         }
     }
 }
@@ -335,11 +379,38 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
         body,
         def,
         target,
+        warnings: Mutex::new(Vec::new()),
     };
-    match dispatch(&call).await {
+    let mut response = match dispatch(&call).await {
         Ok(response) => response,
         Err(err) => error_response(&err),
+    };
+    for text in lock(&call.warnings).iter() {
+        if let Some(v) = warning_header(text) {
+            response.headers_mut().append(header::WARNING, v);
+        }
     }
+    response
+}
+
+/// `299 - "<text>"` with `"` and `\` escaped, as kube-apiserver writes a warning (k8s.io/
+/// apimachinery `NewWarningHeader`). Control characters, which no header may hold, become
+/// spaces.
+fn warning_header(text: &str) -> Option<HeaderValue> {
+    let mut value = String::with_capacity(text.len() + 8);
+    value.push_str("299 - \"");
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                value.push('\\');
+                value.push(c);
+            }
+            c if c.is_control() => value.push(' '),
+            c => value.push(c),
+        }
+    }
+    value.push('"');
+    HeaderValue::from_bytes(value.as_bytes()).ok()
 }
 
 fn version_info() -> Value {

@@ -29,6 +29,10 @@ pub struct ResourceDef {
     /// A CustomResourceDefinition rather than a built-in type: `metadata.generation` is kept,
     /// strategic merge patch is refused with 415, list items carry `kind`/`apiVersion`.
     pub custom: bool,
+    /// Short names and categories, as discovery lists them (`kubectl get kcp`, `kubectl get
+    /// cluster-api`).
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
 }
 
 impl ResourceDef {
@@ -44,7 +48,16 @@ impl ResourceDef {
             status_subresource: true,
             scale: None,
             custom: true,
+            short_names: Vec::new(),
+            categories: Vec::new(),
         }
+    }
+
+    /// With these short names and categories (as the CRD's `names` has them).
+    pub fn named(mut self, short_names: &[&str], categories: &[&str]) -> Self {
+        self.short_names = short_names.iter().map(|s| s.to_string()).collect();
+        self.categories = categories.iter().map(|s| s.to_string()).collect();
+        self
     }
 
     /// A namespaced built-in type without subresources.
@@ -96,10 +109,12 @@ impl ResourceDef {
 
     /// Entries of an `APIResourceList` (the resource and its subresources).
     fn legacy_entries(&self) -> Vec<Value> {
-        let mut out = vec![json!({
+        let mut main = json!({
             "name": self.plural, "singularName": self.singular, "namespaced": self.namespaced,
             "kind": self.kind, "verbs": Self::verbs(),
-        })];
+        });
+        self.add_names(&mut main);
+        let mut out = vec![main];
         if self.status_subresource {
             out.push(json!({
                 "name": format!("{}/status", self.plural), "singularName": "",
@@ -133,12 +148,24 @@ impl ResourceDef {
                 "verbs": ["get", "patch", "update"],
             }));
         }
-        json!({
+        let mut entry = json!({
             "resource": self.plural,
             "responseKind": {"group": self.group, "version": self.version, "kind": self.kind},
             "scope": self.scope(), "singularResource": self.singular, "verbs": Self::verbs(),
             "subresources": subresources,
-        })
+        });
+        self.add_names(&mut entry);
+        entry
+    }
+
+    /// `shortNames` and `categories`, left out when empty as the real server does.
+    fn add_names(&self, entry: &mut Value) {
+        if !self.short_names.is_empty() {
+            entry["shortNames"] = json!(self.short_names);
+        }
+        if !self.categories.is_empty() {
+            entry["categories"] = json!(self.categories);
+        }
     }
 }
 
@@ -146,20 +173,24 @@ impl ResourceDef {
 /// (as CRDs with the status subresource, KCP also with scale) and the built-ins it uses.
 pub fn default_resources() -> Vec<ResourceDef> {
     let capi = "cluster.x-k8s.io";
+    // Short names and categories as in the Cluster API v1.14 CRDs.
     let mut kcp = ResourceDef::custom(
         "controlplane.cluster.x-k8s.io",
         "v1beta2",
         "KubeadmControlPlane",
         "kubeadmcontrolplanes",
-    );
+    )
+    .named(&["kcp"], &["cluster-api"]);
     kcp.scale = Some(ScaleDef {
         spec_replicas: "/spec/replicas".into(),
         status_replicas: "/status/replicas".into(),
         label_selector: Some("/status/selector".into()),
     });
     vec![
-        ResourceDef::custom(capi, "v1beta2", "Cluster", "clusters"),
-        ResourceDef::custom(capi, "v1beta2", "Machine", "machines"),
+        ResourceDef::custom(capi, "v1beta2", "Cluster", "clusters")
+            .named(&["cl"], &["cluster-api"]),
+        ResourceDef::custom(capi, "v1beta2", "Machine", "machines")
+            .named(&["ma"], &["cluster-api"]),
         kcp,
         ResourceDef::builtin("", "v1", "Secret", "secrets"),
         ResourceDef::builtin("", "v1", "ConfigMap", "configmaps"),

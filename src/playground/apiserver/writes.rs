@@ -18,9 +18,11 @@ pub async fn create(call: &Call) -> Result<Response, ApiError> {
         call.target.namespace.as_deref(),
         body,
     )?;
-    call.shared
-        .admit(call.attempt(Operation::Create, Some(object.clone()), None))
-        .await?;
+    let mut attempt = call.attempt(Operation::Create, Some(object.clone()), None);
+    // Validating admission sees the name, generated or not (kube-apiserver's
+    // AdmissionToValidateObjectFunc takes it from the object).
+    attempt.name = key.2.clone();
+    call.admit(attempt).await?;
     if call.dry_run() {
         return Ok(ok(201, &object));
     }
@@ -81,8 +83,7 @@ pub async fn write(
             )?;
             (old, new)
         };
-        call.shared
-            .admit(call.attempt(Operation::Update, Some(view(&new)), Some(view(&old))))
+        call.admit(call.attempt(Operation::Update, Some(view(&new)), Some(view(&old))))
             .await?;
         if call.dry_run() {
             return Ok(ok(200, &shown(&new)));
@@ -174,6 +175,7 @@ pub async fn delete(call: &Call, name: &str) -> Result<(u16, Value), ApiError> {
         || options["dryRun"]
             .as_array()
             .is_some_and(|d| d.iter().any(|v| v == "All"));
+    let admission_options = delete_options(call, &options);
     for _ in 0..WRITE_ATTEMPTS {
         let old = call
             .shared
@@ -196,8 +198,8 @@ pub async fn delete(call: &Call, name: &str) -> Result<(u16, Value), ApiError> {
         let mut attempt = call.attempt(Operation::Delete, None, Some(old.clone()));
         attempt.name = name.to_string();
         attempt.dry_run = dry_run;
-        attempt.options = Some(options.clone());
-        call.shared.admit(attempt).await?;
+        attempt.options = Some(admission_options.clone());
+        call.admit(attempt).await?;
         let uid = meta_str(&old, "uid").unwrap_or("").to_string();
         let finalizers = !rules::finalizers(&old).is_empty();
         let mut marked = old.clone();
@@ -227,6 +229,48 @@ pub async fn delete(call: &Call, name: &str) -> Result<(u16, Value), ApiError> {
         return Ok((200, delete_success(def, name, &uid)));
     }
     Err(ApiError::modified(def, name))
+}
+
+/// The DeleteOptions kube-apiserver hands to admission: the body's (only the fields
+/// DeleteOptions has), or without a body the query's; `apiVersion` always `meta.k8s.io/v1`.
+fn delete_options(call: &Call, body: &Value) -> Value {
+    const FIELDS: [&str; 6] = [
+        "gracePeriodSeconds",
+        "preconditions",
+        "orphanDependents",
+        "propagationPolicy",
+        "dryRun",
+        "ignoreStoreReadErrorWithClusterBreakingPotential",
+    ];
+    let mut options = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+    if !call.body.is_empty() {
+        for field in FIELDS {
+            // Go's `omitempty`: no null and no empty list.
+            let present = |v: &&Value| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty());
+            if let Some(v) = body.get(field).filter(present) {
+                options[field] = v.clone();
+            }
+        }
+        return options;
+    }
+    let params = &call.params;
+    let dry_run = params.all("dryRun");
+    if !dry_run.is_empty() {
+        options["dryRun"] = json!(dry_run);
+    }
+    if let Some(secs) = params
+        .get("gracePeriodSeconds")
+        .and_then(|v| v.parse::<i64>().ok())
+    {
+        options["gracePeriodSeconds"] = json!(secs);
+    }
+    if let Some(policy) = params.get("propagationPolicy").filter(|v| !v.is_empty()) {
+        options["propagationPolicy"] = json!(policy);
+    }
+    if let Some(orphan) = params.get("orphanDependents") {
+        options["orphanDependents"] = json!(orphan == "true");
+    }
+    options
 }
 
 /// DELETE of a collection: each selected object as one DELETE; answers the list of them.
