@@ -65,6 +65,8 @@ pub enum EtcdError {
     },
     #[error("an etcd cluster here has 1 to {MAX_MEMBERS} members, not {0}")]
     MemberCount(usize),
+    #[error("{names} member names given for {members} members: give one name per member, or none")]
+    NameCount { names: usize, members: usize },
     #[error("{what} {}: {source}", path.display())]
     Io {
         what: &'static str,
@@ -150,6 +152,9 @@ pub struct EtcdOptions {
     pub parent_dir: Option<PathBuf>,
     /// Leave the cluster's directory (certificates, data, logs) in place when it is dropped.
     pub keep_dir: bool,
+    /// Member names, one per member (empty: `m1`..`mn`). The playground names members like
+    /// kubeadm does, after their nodes.
+    pub names: Vec<String>,
 }
 
 impl EtcdOptions {
@@ -219,7 +224,8 @@ impl Node {
     }
 }
 
-/// A running cluster. Index `i` is member `m{i+1}` (or the name given to a learner).
+/// A running cluster. Index `i` is the i-th member started or added (`m{i+1}` unless named in
+/// [`EtcdOptions::names`]); a removed member keeps its index.
 pub struct EtcdCluster {
     dir: PathBuf,
     token: String,
@@ -251,6 +257,12 @@ impl EtcdCluster {
         let n = options.members;
         if !(1..=MAX_MEMBERS).contains(&n) {
             return Err(EtcdError::MemberCount(n));
+        }
+        if !options.names.is_empty() && options.names.len() != n {
+            return Err(EtcdError::NameCount {
+                names: options.names.len(),
+                members: n,
+            });
         }
         for (tool, package) in [
             ("etcd", "etcd-server"),
@@ -327,7 +339,11 @@ impl EtcdCluster {
             dir,
         };
         for i in 1..=options.members {
-            let node = cluster.new_node(&format!("m{i}"))?;
+            let name = match options.names.get(i - 1) {
+                Some(name) => name.clone(),
+                None => format!("m{i}"),
+            };
+            let node = cluster.new_node(&name)?;
             cluster.nodes.push(node);
         }
         let initial = cluster
@@ -671,9 +687,24 @@ impl EtcdCluster {
     /// It is not started: it has no name and no client URLs in the member list until
     /// [`EtcdCluster::start_member`].
     pub fn add_learner(&mut self, name: &str) -> Result<usize, EtcdError> {
+        self.add(name, true)
+    }
+
+    /// Adds a voting member named `name` (`etcdctl member add`, as kubeadm did before learner
+    /// mode) and returns its index. From this moment it counts towards the quorum while it has
+    /// not started: [`EtcdCluster::start_member`] it soon.
+    pub fn add_member(&mut self, name: &str) -> Result<usize, EtcdError> {
+        self.add(name, false)
+    }
+
+    fn add(&mut self, name: &str, learner: bool) -> Result<usize, EtcdError> {
         let mut node = self.new_node(name)?;
         let peer = format!("--peer-urls={}", node.peer_url());
-        let out = self.member_change(&["member", "add", name, "--learner", &peer])?;
+        let mut args = vec!["member", "add", name, &peer];
+        if learner {
+            args.push("--learner");
+        }
+        let out = self.member_change(&args)?;
         // etcdctl prints the --initial-cluster the new member must start with.
         node.initial_cluster = out
             .lines()
@@ -688,7 +719,50 @@ impl EtcdCluster {
         Ok(self.nodes.len() - 1)
     }
 
-    /// Starts a member added with [`EtcdCluster::add_learner`] and waits (at most
+    /// Promotes learner `i` to a voting member (`etcdctl member promote`), retried while etcd
+    /// says the learner is not in sync yet (at most [`RECONFIG_WAIT`]).
+    pub fn promote(&mut self, i: usize) -> Result<(), EtcdError> {
+        let id = format!("{:x}", self.member_id(i)?);
+        let started = Instant::now();
+        loop {
+            match self.member_change(&["member", "promote", &id]) {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if e.to_string().contains("in sync with leader")
+                        && started.elapsed() < RECONFIG_WAIT =>
+                {
+                    sleep(Duration::from_millis(200));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Removes member `i` from the member list and kills its process at once, frozen or not:
+    /// what deleting a Machine does after KCP removed its member (the VM goes away).
+    pub fn remove_and_stop(&mut self, i: usize) -> Result<(), EtcdError> {
+        let id = format!("{:x}", self.member_id(i)?);
+        self.member_change(&["member", "remove", &id])?;
+        self.kill(i);
+        Ok(())
+    }
+
+    /// Member `i`'s process ID, while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes
+            .get(i)?
+            .child
+            .as_ref()
+            .map(std::process::Child::id)
+    }
+
+    /// Whether member `i` is frozen.
+    pub fn is_frozen(&self, i: usize) -> bool {
+        self.nodes.get(i).is_some_and(|n| n.frozen)
+    }
+
+    /// Starts a member added with [`EtcdCluster::add_learner`] or [`EtcdCluster::add_member`],
+    /// or restarts a killed one (from its data dir), and waits (at most
     /// [`START_WAIT`]) until its status shows a leader and no errors (a learner refuses
     /// `endpoint health`).
     pub fn start_member(&mut self, i: usize) -> Result<(), EtcdError> {

@@ -21,6 +21,12 @@ pub use quorumguard::playground::etcd::{
 
 static SLOT: Mutex<()> = Mutex::new(());
 
+/// The slot itself, for tests that start etcd through the library (the playground's world):
+/// hold it while that cluster runs.
+pub fn slot() -> MutexGuard<'static, ()> {
+    SLOT.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// A running test cluster. Index `i` is member `m{i+1}` (or the name given to a learner).
 pub struct EtcdCluster {
     // Dropped first (every member killed), then the slot is released.
