@@ -3,6 +3,7 @@
 
 pub mod certs;
 pub mod check;
+pub mod playground;
 pub mod serve;
 pub mod status;
 
@@ -44,6 +45,9 @@ pub enum Command {
     /// Serve the validating admission webhook (HTTPS) and the admin endpoints.
     // Boxed: its many flags make it several times larger than the other variants.
     Serve(Box<serve::ServeArgs>),
+    /// Replay a story on a local playground (real etcd, the webhook, the status publisher, an
+    /// API-server stand-in; no Kubernetes cluster needed), or keep it running for kubectl.
+    Playground(playground::PlaygroundArgs),
     /// Generate a CA and a serving certificate for the webhook, for clusters without
     /// cert-manager, and print or patch the caBundle.
     Certs(certs::CertsArgs),
@@ -75,6 +79,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => status::run(&args),
         Command::Serve(args) => serve::run(*args),
         Command::Certs(args) => certs::run(&args),
+        Command::Playground(args) => playground::run(&args),
     }
 }
 

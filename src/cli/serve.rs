@@ -259,7 +259,8 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("building the Kubernetes client")
 }
 
-async fn terminated() {
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+pub(crate) async fn terminated() {
     use tokio::signal::unix::{SignalKind, signal};
     match (
         signal(SignalKind::terminate()),

@@ -1,23 +1,34 @@
 //! The playground: quorumguard against a real etcd cluster, on loopback, without Kubernetes.
 //!
-//! Issue 5 asks for `quorumguard playground`: a real 3-member etcd cluster with TLS, an
-//! embedded API server holding a Cluster, its KubeadmControlPlane and three control-plane
-//! Machines whose nodes match the etcd member names, and `quorumguard serve` pointed at them.
-//! This module holds the foundation it is built on; the scenarios and the subcommand are not
-//! here yet.
+//! `quorumguard playground` (`src/cli/playground.rs`) puts these together: a real 3-member etcd
+//! cluster with TLS, the API-server stand-in holding a Cluster, its KubeadmControlPlane and three
+//! control-plane Machines whose nodes match the etcd member names, and `quorumguard serve`
+//! pointed at them ([`world`]); a simulated KCP controller ([`kcp`]); the stories it replays
+//! ([`scenarios`]) and the timeline they print ([`timeline`]).
 //!
 //! - [`apiserver`]: an in-memory **stand-in** for kube-apiserver speaking the Kubernetes REST
 //!   protocol over plain HTTP on 127.0.0.1, enough for a real `kube::Client`, `kubectl` and
 //!   quorumguard's own watches, status writes, Leases and port-forwards. It is not Kubernetes:
 //!   no authentication or authorization, no TLS, no CRD schemas, no server-side apply, no
-//!   garbage collector, no webhooks called (one in-process admission hook only). Its module
+//!   garbage collector, one in-process admission hook (which [`webhooks`] can fill). Its module
 //!   documentation lists exactly what it does and what it does not do; nothing it shows proves
 //!   what a real cluster would do.
 //! - [`etcd`]: real `etcd` processes (from PATH) on 127.0.0.1 with client and peer TLS, under a
 //!   CA shaped like Cluster API's `<cluster>-etcd` Secret, and the faults the playground and
-//!   the tests need: freeze (SIGSTOP), thaw, kill, remove a member, add and start a learner.
+//!   the tests need: freeze (SIGSTOP), thaw, kill, remove a member, add and start a member or
+//!   a learner, promote it.
+//! - [`webhooks`]: kube-apiserver's validating-webhook dispatch for the stand-in, driven by the
+//!   repo's ValidatingWebhookConfiguration: matching writes are sent over real HTTPS to
+//!   `quorumguard serve` and its verdicts answered as kube-apiserver answers them
+//!   (matchConditions are not evaluated; its module documentation says what else it skips).
 //!
-//! The integration tests (`tests/`) use both through `tests/support`.
+//! The integration tests (`tests/`) use the stand-in and etcd through `tests/support`, and the
+//! whole playground in `tests/playground.rs`.
 
 pub mod apiserver;
 pub mod etcd;
+pub mod kcp;
+pub mod scenarios;
+pub mod timeline;
+pub mod webhooks;
+pub mod world;

@@ -1,0 +1,278 @@
+//! `quorumguard playground`: quorumguard's main job on one machine, with no Kubernetes cluster.
+//! A real 3-member etcd cluster with TLS, the API-server stand-in holding a Cluster API control
+//! plane, and `quorumguard serve` (webhook, prober, status publisher), all on 127.0.0.1, replaying
+//! a story (`--scenario`) or left running for kubectl (`--keep`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::playground::kcp::{KcpController, Step, Style};
+use crate::playground::scenarios::{self, DEFAULT_SCENARIO, SCENARIOS};
+use crate::playground::timeline::{Sink, Timeline};
+use crate::playground::world::{CLUSTER, KCP, NAMESPACE, World, WorldOptions};
+use crate::telemetry::{self, LogFormat};
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Needs etcd and etcdctl on PATH (Debian: etcd-server, etcd-client) and openssl; scripts/try.sh
+installs them. Everything listens on 127.0.0.1 only and is stopped on exit, also on Ctrl-C.
+
+Exit status: 0 when every expectation of the scenario held (or, with --keep, on Ctrl-C),
+1 when one did not, 2 when the playground could not start (the error says why).")]
+pub struct PlaygroundArgs {
+    /// The story to replay (see --list; default: upgrade-stuck).
+    #[arg(long, value_name = "NAME")]
+    pub scenario: Option<String>,
+    /// List the scenarios and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Keep everything running and write a kubeconfig for kubectl, until Ctrl-C. Runs the
+    /// scenario first only when --scenario is given.
+    #[arg(long)]
+    pub keep: bool,
+    /// Where certificates, the kubeconfig and etcd's data and logs go (default: a new
+    /// directory in the system temp dir, removed on exit unless something failed).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// quorumguard's probe interval.
+    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = super::duration)]
+    pub probe_interval: Duration,
+    /// quorumguard's logs on stderr (tracing EnvFilter syntax, e.g. "info"); off by default so
+    /// the timeline stays readable.
+    #[arg(long, value_name = "FILTER")]
+    pub log: Option<String>,
+}
+
+pub fn run(args: &PlaygroundArgs) -> anyhow::Result<ExitCode> {
+    if args.list {
+        for s in SCENARIOS {
+            let default = if s.name == DEFAULT_SCENARIO {
+                " (default)"
+            } else {
+                ""
+            };
+            println!("{}{default}\n    {}", s.name, s.summary);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let name = args.scenario.as_deref().unwrap_or(DEFAULT_SCENARIO);
+    let Some(scenario) = scenarios::find(name) else {
+        let names: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+        anyhow::bail!(
+            "no scenario named {name:?}: choose one of {} (see --list)",
+            names.join(", ")
+        );
+    };
+    if let Some(filter) = &args.log {
+        telemetry::init_logging(LogFormat::Text, filter).context("setting up logging")?;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let (dir, own_dir) = match &args.dir {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("quorumguard-playground-{}", std::process::id())),
+            true,
+        ),
+    };
+    let run_scenario = !args.keep || args.scenario.is_some();
+    let result = runtime.block_on(async {
+        let tl = Timeline::new(Sink::Stdout);
+        if run_scenario {
+            tl.plain(&format!(
+                "quorumguard playground: {}\n  {}\n",
+                scenario.name, scenario.summary
+            ));
+        } else {
+            tl.plain("quorumguard playground: interactive (--keep)\n");
+        }
+        let options = WorldOptions {
+            probe_interval: args.probe_interval,
+            ..WorldOptions::new(dir.clone())
+        };
+        let world = tokio::select! {
+            w = start(options, &tl) => Arc::new(w?),
+            _ = super::serve::terminated() => {
+                tl.plain("interrupted while starting: stopping");
+                return Ok(Outcome::Interrupted);
+            }
+        };
+        // Set once the scenario (if any) is over: Ctrl-C then is how --keep ends.
+        let keeping = AtomicBool::new(false);
+        let outcome = tokio::select! {
+            r = play(&world, &tl, scenario.name, run_scenario, args.keep, &keeping) => r,
+            _ = super::serve::terminated() => {
+                if keeping.load(Ordering::SeqCst) {
+                    tl.plain("\nstopping everything the playground started");
+                    Ok(Outcome::Kept)
+                } else {
+                    tl.plain("\ninterrupted: stopping everything the playground started");
+                    Ok(Outcome::Interrupted)
+                }
+            }
+        };
+        world.shutdown().await;
+        outcome
+    });
+    // Blocking etcd work in flight (bounded) finishes before the runtime goes.
+    runtime.shutdown_timeout(Duration::from_secs(25));
+    let outcome = result?;
+    let failed = matches!(outcome, Outcome::Failed);
+    if own_dir && !failed {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else if failed {
+        println!("etcd logs and certificates are kept in {}", dir.display());
+    }
+    Ok(match outcome {
+        Outcome::Held | Outcome::Kept => ExitCode::SUCCESS,
+        Outcome::Failed => ExitCode::from(1),
+        Outcome::Interrupted => ExitCode::from(130),
+    })
+}
+
+enum Outcome {
+    /// Every expectation held.
+    Held,
+    Failed,
+    /// `--keep` ended by Ctrl-C.
+    Kept,
+    Interrupted,
+}
+
+async fn start(options: WorldOptions, tl: &Timeline) -> anyhow::Result<World> {
+    let progress = std::sync::Mutex::new(None);
+    let world = World::start(options, |what| {
+        let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
+        // Drop the previous spinner first: one at a time.
+        *p = None;
+        tl.event("setup", what);
+        *p = Some(tl.progress(what));
+    })
+    .await;
+    drop(progress);
+    let world = world.context("starting the playground")?;
+    let (webhook, admin) = world
+        .server_addrs()
+        .context("quorumguard stopped right after starting")?;
+    let endpoints = world.etcd_says().await.unwrap_or_else(|e| e.to_string());
+    tl.event(
+        "setup",
+        &format!(
+            "ready: etcd {endpoints}\nAPI-server stand-in {} holds Cluster {NAMESPACE}/{CLUSTER}, KubeadmControlPlane {KCP} (3 replicas) and 3 Machines\nquorumguard webhook https://{webhook} (called by the stand-in from manifests/core/validatingwebhookconfiguration.yaml), metrics http://{admin}/metrics",
+            world.api.url()
+        ),
+    );
+    Ok(world)
+}
+
+async fn play(
+    world: &Arc<World>,
+    tl: &Timeline,
+    scenario: &str,
+    run_scenario: bool,
+    keep: bool,
+    keeping: &AtomicBool,
+) -> anyhow::Result<Outcome> {
+    if run_scenario {
+        scenarios::run(Arc::clone(world), tl, scenario).await?;
+        let checks = tl.checks();
+        let held = checks.iter().filter(|c| c.ok).count();
+        tl.plain("");
+        tl.plain(&format!(
+            "{scenario}: {held} of {} expectations held in {:.1}s",
+            checks.len(),
+            tl.elapsed().as_secs_f64()
+        ));
+        for c in checks.iter().filter(|c| !c.ok) {
+            tl.plain(&format!("  ✘ {} — saw: {}", c.what, c.detail));
+        }
+        if !keep {
+            return Ok(if tl.all_held() {
+                Outcome::Held
+            } else {
+                Outcome::Failed
+            });
+        }
+    }
+    keeping.store(true, Ordering::SeqCst);
+    keep_running(world, tl).await?;
+    Ok(Outcome::Kept)
+}
+
+/// `--keep`: prints what to try, then runs the simulated KCP controller and prints every
+/// admission call and status change until Ctrl-C.
+async fn keep_running(world: &Arc<World>, tl: &Timeline) -> anyhow::Result<()> {
+    let kubeconfig = world.kubeconfig_path();
+    let pids = world
+        .etcd(|e| {
+            (0..e.len())
+                .filter_map(|i| Some((e.name(i)?.to_string(), e.pid(i)?)))
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "quorumguard".into());
+    let mut text = format!(
+        "\nThe playground keeps running until Ctrl-C. In another terminal:\n\n  export KUBECONFIG={}\n  kubectl get kcp,machines\n  kubectl describe kcp {KCP}\n  kubectl get kcp {KCP} -o jsonpath='{{.status.conditions}}'\n  kubectl delete machine <name>                     # judged by the webhook\n  kubectl delete machine <name> --dry-run=server    # ask without deleting\n  kubectl annotate machine <name> cluster.x-k8s.io/remediate-machine=\"\"   # the safe path\n  kubectl scale kcp {KCP} --replicas 5\n  {exe} status {CLUSTER}\n\nFreeze and resume an etcd member (SIGSTOP / SIGCONT):\n",
+        kubeconfig.display()
+    );
+    for (name, pid) in &pids {
+        text.push_str(&format!(
+            "  kill -STOP {pid}   # freeze {name}      kill -CONT {pid}   # resume it\n"
+        ));
+    }
+    text.push_str(
+        "\nA simulated KCP controller acts on what you do: it finishes Machine deletions (removing their etcd member), remediates annotated Machines and scales to spec.replicas, each deletion judged by the webhook.\n",
+    );
+    tl.plain(&text);
+
+    let mut calls = world.webhooks.subscribe();
+    let printer = {
+        let tl = tl.clone();
+        tokio::spawn(async move {
+            loop {
+                match calls.recv().await {
+                    Ok(call) => scenarios::print_call(&tl, &call),
+                    Err(RecvError::Lagged(n)) => {
+                        tl.event(
+                            "admission",
+                            &format!("({n} calls not shown: output fell behind)"),
+                        );
+                    }
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        })
+    };
+    let watcher = scenarios::watch(Arc::clone(world), tl.clone());
+    let mut kcp = KcpController::new(Arc::clone(world), tl.clone(), Style::Current);
+    let mut last = String::new();
+    // Until Ctrl-C (the caller's select ends this future); one step a second at most.
+    loop {
+        match kcp.step().await {
+            Ok(Step::Acted(what)) => tl.event("kcp", &what),
+            Ok(Step::Blocked(why)) if why != last => {
+                tl.event("kcp", &format!("waiting: {why}"));
+                last = why;
+            }
+            Ok(_) => {}
+            Err(e) => tl.event("kcp", &format!("error: {e}")),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if printer.is_finished() {
+            watcher.abort();
+            anyhow::bail!("the admission printer stopped");
+        }
+    }
+}
