@@ -195,8 +195,32 @@ fn review_path(c: &mut Criterion) {
     g.bench_function("machine_delete_10k_json_value_only", |b| {
         b.iter(|| serde_json::from_slice::<Value>(black_box(&body)).expect("json"))
     });
+    // The floor of any serde_json reading: every byte tokenized, nothing built.
+    g.bench_function("machine_delete_10k_json_skip_only", |b| {
+        b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&body)).expect("json"))
+    });
     g.bench_function("machine_delete_10k_parse_only", |b| {
         b.iter(|| review::decode(Endpoint::Machines, black_box(&body)).expect("decodes"))
+    });
+    // The rest of the path, on the decoded review: the decision against the caches (with its
+    // messages), then the response built and serialized.
+    let decoded = review::decode(Endpoint::Machines, &body).expect("decodes");
+    g.bench_function("machine_delete_10k_judge_only", |b| {
+        b.iter(|| w.judge(black_box(&decoded)))
+    });
+    let outcome = w.judge(&decoded);
+    let v = outcome.verdict.as_ref().expect("verdict");
+    g.bench_function("machine_delete_10k_respond_only", |b| {
+        b.iter(|| {
+            let resp = review::respond(
+                black_box(&decoded.request),
+                v.allowed,
+                v.reason.as_str(),
+                &v.message,
+                &v.warnings,
+            );
+            serde_json::to_vec(&resp).expect("serializes")
+        })
     });
     g.finish();
 }
