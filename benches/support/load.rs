@@ -676,6 +676,11 @@ pub fn options_from(args: &[String]) -> Result<Options> {
         if matches!(key, "bench" | "smoke") {
             continue;
         }
+        if key == "log" {
+            // Read by the bench's main.
+            it.next();
+            continue;
+        }
         let (key, value) = match key.split_once('=') {
             Some((k, v)) => (k, v.to_string()),
             None => (
