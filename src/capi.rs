@@ -880,12 +880,13 @@ fn json_type(v: &Value) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::engine::ANNOTATION_DELETE_MACHINE;
     use serde_json::json;
 
-    fn review(name: &str) -> Value {
+    /// One review of tests/fixtures/admission-reviews/, parsed.
+    pub(crate) fn review(name: &str) -> Value {
         let path = format!(
             "{}/tests/fixtures/admission-reviews/{name}",
             env!("CARGO_MANIFEST_DIR")

@@ -257,15 +257,8 @@ pub fn respond(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capi::tests::review as fixture;
     use serde_json::json;
-
-    fn fixture(name: &str) -> Value {
-        let path = format!(
-            "{}/tests/fixtures/admission-reviews/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("json")
-    }
 
     fn decode_value(endpoint: Endpoint, v: &Value) -> Result<Decoded, ReviewError> {
         decode(endpoint, &serde_json::to_vec(v).expect("json"))
