@@ -20,6 +20,9 @@ use quorumguard::engine::{Operation, Policy, Requester, decide, next_action};
 use quorumguard::state::{ClusterState, Object};
 use quorumguard::telemetry::Metrics;
 use serde_json::{Value, json};
+use support::reviews::fixture;
+
+mod support;
 
 const NOW: i64 = 1_790_000_000;
 
@@ -85,32 +88,10 @@ fn decisions(c: &mut Criterion) {
     g.finish();
 }
 
-fn fixture(name: &str) -> Value {
-    let path = format!(
-        "{}/tests/fixtures/admission-reviews/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
 /// kube-apiserver's Machine DELETE review by a human, grown to 10 KB with the managedFields a
-/// real Machine carries (the fixture as captured has them stripped).
+/// real Machine carries.
 fn review_10k() -> Vec<u8> {
-    let mut r = fixture("machine-delete-by-user.json");
-    let entry = json!({
-        "manager": "manager", "operation": "Update", "apiVersion": "cluster.x-k8s.io/v1beta2",
-        "time": "2026-11-30T10:00:00Z", "fieldsType": "FieldsV1",
-        "fieldsV1": {"f:metadata": {"f:labels": {"f:cluster.x-k8s.io/cluster-name": {},
-            "f:cluster.x-k8s.io/control-plane": {}, "f:cluster.x-k8s.io/control-plane-name": {}}},
-            "f:status": {"f:addresses": {}, "f:conditions": {}, "f:nodeRef": {}, "f:phase": {}}}
-    });
-    let mut fields = Vec::new();
-    while serde_json::to_vec(&r).map(|v| v.len()).unwrap_or(0) < 10 * 1024 {
-        fields.push(entry.clone());
-        r["request"]["oldObject"]["metadata"]["managedFields"] = json!(fields);
-    }
-    serde_json::to_vec(&r).expect("json")
+    support::with_managed_fields(fixture("machine-delete-by-user.json"), 10 * 1024)
 }
 
 /// The webhook's state holding the fixture's Cluster, KCP and its three Machines, with a fresh
@@ -195,8 +176,32 @@ fn review_path(c: &mut Criterion) {
     g.bench_function("machine_delete_10k_json_value_only", |b| {
         b.iter(|| serde_json::from_slice::<Value>(black_box(&body)).expect("json"))
     });
+    // The floor of any serde_json reading: every byte tokenized, nothing built.
+    g.bench_function("machine_delete_10k_json_skip_only", |b| {
+        b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&body)).expect("json"))
+    });
     g.bench_function("machine_delete_10k_parse_only", |b| {
         b.iter(|| review::decode(Endpoint::Machines, black_box(&body)).expect("decodes"))
+    });
+    // The rest of the path, on the decoded review: the decision against the caches (with its
+    // messages), then the response built and serialized.
+    let decoded = review::decode(Endpoint::Machines, &body).expect("decodes");
+    g.bench_function("machine_delete_10k_judge_only", |b| {
+        b.iter(|| w.judge(black_box(&decoded)))
+    });
+    let outcome = w.judge(&decoded);
+    let v = outcome.verdict.as_ref().expect("verdict");
+    g.bench_function("machine_delete_10k_respond_only", |b| {
+        b.iter(|| {
+            let resp = review::respond(
+                black_box(&decoded.request),
+                v.allowed,
+                v.reason.as_str(),
+                &v.message,
+                &v.warnings,
+            );
+            serde_json::to_vec(&resp).expect("serializes")
+        })
     });
     g.finish();
 }

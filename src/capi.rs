@@ -6,11 +6,23 @@
 //! v1beta1 is deprecated but still served), so the paths are read per version here, once, and
 //! nothing else in quorumguard needs to know them. Only the fields the rules read are parsed;
 //! everything else is ignored, so objects from newer CAPI releases still parse.
+//!
+//! Every entry point goes through [`ObjectParts`]: the fields the rules read, deserialized in
+//! one pass. A review deserializes it straight from the request bytes (managedFields, status
+//! conditions and the rest are skipped by the parser, never built); a `&Value` from a watch or a
+//! dump deserializes it from the value, after the checks only a value can fail.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
+use std::marker::PhantomData;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::core::{ApiResource, DynamicResourceScope, Resource};
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use thiserror::Error;
 
 use crate::engine::{
@@ -148,19 +160,29 @@ pub struct CapiCluster {
 
 /// "Machine ns/name" for any value, with `?` for what is missing: used in every message.
 pub fn describe(v: &Value) -> String {
-    let s = |path: &[&str]| at(v, path).and_then(Value::as_str).unwrap_or("?");
-    let kind = at(v, &["kind"]).and_then(Value::as_str).unwrap_or("object");
-    format!(
-        "{kind} {}/{}",
+    let s = |path: &[&str]| at(v, path).and_then(Value::as_str);
+    described(
+        at(v, &["kind"]).and_then(Value::as_str),
         s(&["metadata", "namespace"]),
-        s(&["metadata", "name"])
+        s(&["metadata", "name"]),
+    )
+}
+
+fn described(kind: Option<&str>, namespace: Option<&str>, name: Option<&str>) -> String {
+    format!(
+        "{} {}/{}",
+        kind.unwrap_or("object"),
+        namespace.unwrap_or("?"),
+        name.unwrap_or("?")
     )
 }
 
 /// `(group, version, kind)` of a value; the core group is "". `None` without apiVersion or kind.
 pub fn type_of(v: &Value) -> Option<(&str, &str, &str)> {
-    let api_version = v.get("apiVersion")?.as_str()?;
-    let kind = v.get("kind")?.as_str()?;
+    split_type(v.get("apiVersion")?.as_str()?, v.get("kind")?.as_str()?)
+}
+
+fn split_type<'a>(api_version: &'a str, kind: &'a str) -> Option<(&'a str, &'a str, &'a str)> {
     let (group, version) = match api_version.rsplit_once('/') {
         Some((g, ver)) => (g, ver),
         None => ("", api_version),
@@ -200,10 +222,303 @@ pub fn cluster_from_value(v: &Value) -> Result<Cluster, CapiError> {
 
 /// Parses a Machine (v1beta1 or v1beta2) with its KCP and Cluster names.
 pub fn parse_machine(v: &Value) -> Result<CapiMachine, CapiError> {
-    let (version, meta, object) = header(v, GROUP_CLUSTER, KIND_MACHINE)?;
-    let labels = meta.labels.clone().unwrap_or_default();
+    machine_from_parts(&ObjectParts::from_value(v, GROUP_CLUSTER, KIND_MACHINE)?)
+}
+
+/// Parses a KubeadmControlPlane (v1beta1 or v1beta2) with its Cluster name.
+pub fn parse_kcp(v: &Value) -> Result<CapiKcp, CapiError> {
+    kcp_from_parts(&ObjectParts::from_value(v, GROUP_CONTROL_PLANE, KIND_KCP)?)
+}
+
+/// Parses a Cluster (v1beta1 or v1beta2).
+pub fn parse_cluster(v: &Value) -> Result<CapiCluster, CapiError> {
+    cluster_from_parts(&ObjectParts::from_value(v, GROUP_CLUSTER, KIND_CLUSTER)?)
+}
+
+/// The fields of a Kubernetes object that the rules read, for every kind quorumguard parses
+/// (Machine, KubeadmControlPlane, Cluster, and the `autoscaling/v1` Scale of the KCP's scale
+/// subresource). Deserializing skips everything else without building it.
+///
+/// `metadata` is a real `ObjectMeta` (so kube's typed `AdmissionRequest` can carry these parts as
+/// its object, see [`Resource`]) holding only name, namespace, uid, resourceVersion, generation,
+/// labels, annotations (but kubectl's last-applied copy), the two timestamps and
+/// ownerReferences; managedFields, often most of an object's bytes, is skipped. Leaves the rules validate stay JSON values, so their messages quote
+/// what was found; a `spec` or `status` that is not a map reads as empty, as the value-based paths
+/// this replaced read it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectParts {
+    pub api_version: Option<String>,
+    pub kind: Option<String>,
+    #[serde(default, deserialize_with = "lean_meta")]
+    pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "lenient")]
+    spec: Spec,
+    #[serde(default, deserialize_with = "lenient")]
+    status: Status,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Spec {
+    /// Machine.
+    cluster_name: Option<Value>,
+    /// KubeadmControlPlane and Scale.
+    replicas: Option<Value>,
+    /// KubeadmControlPlane (a Machine's too, unread).
+    version: Option<Value>,
+    /// KubeadmControlPlane v1beta2: `rollout.strategy.rollingUpdate.maxSurge`.
+    rollout: Option<Value>,
+    /// KubeadmControlPlane v1beta1: `rolloutStrategy.rollingUpdate.maxSurge`.
+    rollout_strategy: Option<Value>,
+    /// KubeadmControlPlane: compared as text between old and new (see [`starts_rollout`]) and
+    /// read for external etcd, never built.
+    kubeadm_config_spec: Option<Box<RawValue>>,
+    /// KubeadmControlPlane: compared as text between old and new.
+    machine_template: Option<Box<RawValue>>,
+    /// Cluster.
+    control_plane_ref: Option<Value>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Status {
+    node_ref: Option<Value>,
+    addresses: Option<Value>,
+}
+
+/// The metadata fields [`ObjectParts`] keeps.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "annotations")]
+    annotations: Option<BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+    owner_references: Option<Vec<OwnerReference>>,
+}
+
+fn lean_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let m = LeanMeta::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        generation: m.generation,
+        labels: m.labels,
+        annotations: m.annotations,
+        creation_timestamp: m.creation_timestamp,
+        deletion_timestamp: m.deletion_timestamp,
+        owner_references: m.owner_references,
+        ..ObjectMeta::default()
+    })
+}
+
+/// kubectl's copy of the object as last applied: often the largest annotation, and never read.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Annotations without [`LAST_APPLIED`], whose value is skipped rather than unescaped and kept
+/// (and cloned with every Machine).
+fn annotations<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    struct Annotations;
+    impl<'de> Visitor<'de> for Annotations {
+        type Value = Option<BTreeMap<String, String>>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map of strings")
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if key == LAST_APPLIED {
+                    map.next_value::<IgnoredAny>()?;
+                } else {
+                    let value = map.next_value()?;
+                    out.insert(key, value);
+                }
+            }
+            Ok(Some(out))
+        }
+    }
+    d.deserialize_any(Annotations)
+}
+
+/// A map deserialized as `T`; any other value is skipped and reads as `T::default()`.
+fn lenient<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    struct MapOrDefault<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de> + Default> Visitor<'de> for MapOrDefault<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(de::value::MapAccessDeserializer::new(map))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(T::default())
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<T, E> {
+            Ok(T::default())
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<T, E> {
+            Ok(T::default())
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<T, E> {
+            Ok(T::default())
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<T, E> {
+            Ok(T::default())
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<T, E> {
+            Ok(T::default())
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<T, E> {
+            Ok(T::default())
+        }
+        fn visit_none<E: de::Error>(self) -> Result<T, E> {
+            Ok(T::default())
+        }
+    }
+    d.deserialize_any(MapOrDefault(PhantomData))
+}
+
+/// So that kube's typed `AdmissionRequest<ObjectParts>` can carry the objects of a review: like
+/// `DynamicObject`, the type is known at run time only.
+impl Resource for ObjectParts {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl ObjectParts {
+    /// The parts of a value expected to be of `kind` in `group`. What only a value can get wrong
+    /// is checked first, in this order: not a map, no apiVersion or kind, the wrong kind or
+    /// version, no metadata; metadata that does not deserialize is an invalid `metadata` field.
+    pub fn from_value(
+        v: &Value,
+        group: &'static str,
+        kind: &'static str,
+    ) -> Result<ObjectParts, CapiError> {
+        let object = describe(v);
+        if !v.is_object() {
+            return Err(CapiError::NotAnObject {
+                object,
+                problem: format!("expected a map, found {}", json_type(v)),
+            });
+        }
+        let s = |k: &str| v.get(k).and_then(Value::as_str);
+        check_type(object.clone(), s("apiVersion"), s("kind"), group, kind)?;
+        if v.get("metadata").is_none_or(Value::is_null) {
+            return Err(CapiError::MissingField {
+                object,
+                field: "metadata",
+            });
+        }
+        ObjectParts::deserialize(v).map_err(|e| CapiError::InvalidField {
+            object,
+            field: "metadata",
+            problem: e.to_string(),
+        })
+    }
+
+    /// "Machine ns/name", with `?` for what is missing.
+    pub fn describe(&self) -> String {
+        described(
+            self.kind.as_deref(),
+            self.metadata.namespace.as_deref(),
+            self.metadata.name.as_deref(),
+        )
+    }
+
+    /// Checks apiVersion and kind; the object's version and reference.
+    fn header(
+        &self,
+        group: &'static str,
+        kind: &'static str,
+    ) -> Result<(ApiVersion, ObjectRef), CapiError> {
+        let object = self.describe();
+        let version = check_type(
+            object.clone(),
+            self.api_version.as_deref(),
+            self.kind.as_deref(),
+            group,
+            kind,
+        )?;
+        let required = |v: &Option<String>, field| {
+            v.clone()
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| CapiError::MissingField {
+                    object: object.clone(),
+                    field,
+                })
+        };
+        let name = required(&self.metadata.name, "metadata.name")?;
+        let namespace = required(&self.metadata.namespace, "metadata.namespace")?;
+        Ok((
+            version,
+            ObjectRef {
+                kind: kind.to_string(),
+                namespace,
+                name,
+            },
+        ))
+    }
+}
+
+/// A Machine from its parts (see [`parse_machine`]).
+pub fn machine_from_parts(p: &ObjectParts) -> Result<CapiMachine, CapiError> {
+    let (version, object) = p.header(GROUP_CLUSTER, KIND_MACHINE)?;
+    let meta = &p.metadata;
+    let labels = meta.labels.as_ref();
+    let label = |k: &str| labels.and_then(|l| l.get(k));
     // v1beta2: nodeRef {name} (name required); v1beta1: a full ObjectReference (name optional).
-    let node_name = match at(v, &["status", "nodeRef"]) {
+    let node_name = match &p.status.node_ref {
         None => None,
         Some(r) => match r.get("name") {
             None | Some(Value::Null) => None,
@@ -218,23 +533,25 @@ pub fn parse_machine(v: &Value) -> Result<CapiMachine, CapiError> {
             }
         },
     };
-    let cluster_name = optional_str(v, &["spec", "clusterName"], &object, "spec.clusterName")?
-        .or_else(|| labels.get(LABEL_CLUSTER_NAME).cloned());
-    let control_plane_name = labels
-        .get(LABEL_CONTROL_PLANE_NAME)
+    let cluster_name = optional_str(p.spec.cluster_name.as_ref(), &object, "spec.clusterName")?
+        .or_else(|| label(LABEL_CLUSTER_NAME).cloned());
+    let control_plane_name = label(LABEL_CONTROL_PLANE_NAME)
         .filter(|n| !n.is_empty())
         .cloned()
-        .or_else(|| controller_owner(&meta, GROUP_CONTROL_PLANE, KIND_KCP));
+        .or_else(|| controller_owner(meta, GROUP_CONTROL_PLANE, KIND_KCP));
     let machine = Machine {
         name: object.name.clone(),
         node_name,
         deleting: meta.deletion_timestamp.is_some(),
-        control_plane: labels.contains_key(LABEL_CONTROL_PLANE),
+        control_plane: label(LABEL_CONTROL_PLANE).is_some(),
         annotations: meta.annotations.clone().unwrap_or_default(),
         created_unix: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
     };
     // Both versions: status.addresses[] {type, address}.
-    let internal_ips = at(v, &["status", "addresses"])
+    let internal_ips = p
+        .status
+        .addresses
+        .as_ref()
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
@@ -255,11 +572,12 @@ pub fn parse_machine(v: &Value) -> Result<CapiMachine, CapiError> {
     })
 }
 
-/// Parses a KubeadmControlPlane (v1beta1 or v1beta2) with its Cluster name.
-pub fn parse_kcp(v: &Value) -> Result<CapiKcp, CapiError> {
-    let (version, meta, object) = header(v, GROUP_CONTROL_PLANE, KIND_KCP)?;
+/// A KubeadmControlPlane from its parts (see [`parse_kcp`]).
+pub fn kcp_from_parts(p: &ObjectParts) -> Result<CapiKcp, CapiError> {
+    let (version, object) = p.header(GROUP_CONTROL_PLANE, KIND_KCP)?;
+    let meta = &p.metadata;
     // The CRD defaults replicas to 1 when absent.
-    let replicas = match at(v, &["spec", "replicas"]) {
+    let replicas = match &p.spec.replicas {
         None => 1,
         Some(r) => r
             .as_u64()
@@ -272,35 +590,31 @@ pub fn parse_kcp(v: &Value) -> Result<CapiKcp, CapiError> {
                 )
             })?,
     };
-    let kcp_version = optional_str(v, &["spec", "version"], &object, "spec.version")?;
-    let etcd = if at(
-        v,
-        &[
-            "spec",
-            "kubeadmConfigSpec",
-            "clusterConfiguration",
-            "etcd",
-            "external",
-        ],
-    )
-    .is_some()
+    let kcp_version = optional_str(p.spec.version.as_ref(), &object, "spec.version")?;
+    let etcd = if p
+        .spec
+        .kubeadm_config_spec
+        .as_deref()
+        .is_some_and(external_etcd)
     {
         EtcdTopology::External
     } else {
         EtcdTopology::Stacked
     };
-    let (surge_path, surge_field): (&[&str], &'static str) = match version {
+    let (surge_root, surge_path, surge_field): (_, &[&str], &'static str) = match version {
         ApiVersion::V1Beta2 => (
-            &["spec", "rollout", "strategy", "rollingUpdate", "maxSurge"],
+            &p.spec.rollout,
+            &["strategy", "rollingUpdate", "maxSurge"],
             "spec.rollout.strategy.rollingUpdate.maxSurge",
         ),
         ApiVersion::V1Beta1 => (
-            &["spec", "rolloutStrategy", "rollingUpdate", "maxSurge"],
+            &p.spec.rollout_strategy,
+            &["rollingUpdate", "maxSurge"],
             "spec.rolloutStrategy.rollingUpdate.maxSurge",
         ),
     };
     // int-or-string; CAPI allows only the absolute numbers 1 and 0, and defaults to 1.
-    let max_surge = match at(v, surge_path) {
+    let max_surge = match surge_root.as_ref().and_then(|r| at(r, surge_path)) {
         None => 1,
         Some(s) => int_or_string(s).ok_or_else(|| {
             invalid(
@@ -316,7 +630,7 @@ pub fn parse_kcp(v: &Value) -> Result<CapiKcp, CapiError> {
         .and_then(|l| l.get(LABEL_CLUSTER_NAME))
         .filter(|n| !n.is_empty())
         .cloned()
-        .or_else(|| any_owner(&meta, GROUP_CLUSTER, KIND_CLUSTER));
+        .or_else(|| any_owner(meta, GROUP_CLUSTER, KIND_CLUSTER));
     let kcp = Kcp {
         name: object.name.clone(),
         namespace: object.namespace.clone(),
@@ -335,12 +649,58 @@ pub fn parse_kcp(v: &Value) -> Result<CapiKcp, CapiError> {
     })
 }
 
-/// Parses a Cluster (v1beta1 or v1beta2).
-pub fn parse_cluster(v: &Value) -> Result<CapiCluster, CapiError> {
-    let (version, meta, object) = header(v, GROUP_CLUSTER, KIND_CLUSTER)?;
+/// Whether `spec.kubeadmConfigSpec.clusterConfiguration.etcd.external` is set (not null).
+fn external_etcd(kubeadm_config_spec: &RawValue) -> bool {
+    #[derive(Default, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct KubeadmConfigSpec {
+        #[serde(default, deserialize_with = "lenient")]
+        cluster_configuration: ClusterConfiguration,
+    }
+    #[derive(Default, Deserialize)]
+    struct ClusterConfiguration {
+        #[serde(default, deserialize_with = "lenient")]
+        etcd: Etcd,
+    }
+    #[derive(Default, Deserialize)]
+    struct Etcd {
+        external: Option<IgnoredAny>,
+    }
+    let mut d = serde_json::Deserializer::from_str(kubeadm_config_spec.get());
+    lenient::<_, KubeadmConfigSpec>(&mut d)
+        .is_ok_and(|k| k.cluster_configuration.etcd.external.is_some())
+}
+
+/// Whether a KCP UPDATE from `old` to `new` makes KCP roll out new Machines: it changes the
+/// version, the kubeadm config or the machine template. The two subtrees are compared as the
+/// text they arrived as (kube-apiserver writes both objects alike), and only when the texts
+/// differ, as JSON values, so that formatting alone is never a change.
+pub fn starts_rollout(old: &ObjectParts, new: &ObjectParts) -> bool {
+    fn differ(a: &Option<Box<RawValue>>, b: &Option<Box<RawValue>>) -> bool {
+        match (a, b) {
+            (None, None) => false,
+            (Some(a), Some(b)) if a.get() == b.get() => false,
+            (Some(a), Some(b)) => {
+                let value = |r: &RawValue| serde_json::from_str::<Value>(r.get()).ok();
+                let (a, b) = (value(a), value(b));
+                a.is_none() || a != b
+            }
+            _ => true,
+        }
+    }
+    let (o, n) = (&old.spec, &new.spec);
+    o.version != n.version
+        || differ(&o.kubeadm_config_spec, &n.kubeadm_config_spec)
+        || differ(&o.machine_template, &n.machine_template)
+}
+
+/// A Cluster from its parts (see [`parse_cluster`]).
+pub fn cluster_from_parts(p: &ObjectParts) -> Result<CapiCluster, CapiError> {
+    let (version, object) = p.header(GROUP_CLUSTER, KIND_CLUSTER)?;
+    let meta = &p.metadata;
     // Both versions carry kind and name in spec.controlPlaneRef (v1beta2 apiGroup, v1beta1
     // apiVersion beside them).
-    let control_plane_name = match at(v, &["spec", "controlPlaneRef"]) {
+    let control_plane_name = match &p.spec.control_plane_ref {
         Some(r) if r.get("kind").and_then(Value::as_str) == Some(KIND_KCP) => r
             .get("name")
             .and_then(Value::as_str)
@@ -352,37 +712,41 @@ pub fn parse_cluster(v: &Value) -> Result<CapiCluster, CapiError> {
         name: object.name.clone(),
         deleting: meta.deletion_timestamp.is_some(),
     };
-    let etcd_endpoints = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_ETCD_ENDPOINTS))
-        .filter(|e| !e.trim().is_empty())
-        .cloned();
-    let etcd_transport = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_ETCD_TRANSPORT))
-        .filter(|e| !e.trim().is_empty())
-        .cloned();
+    let annotation = |key: &str| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .filter(|e| !e.trim().is_empty())
+            .cloned()
+    };
     Ok(CapiCluster {
         object,
         version,
         cluster,
         control_plane_name,
-        etcd_endpoints,
-        etcd_transport,
+        etcd_endpoints: annotation(ANNOTATION_ETCD_ENDPOINTS),
+        etcd_transport: annotation(ANNOTATION_ETCD_TRANSPORT),
     })
 }
 
 /// `spec.replicas` of an `autoscaling/v1` Scale: what a KCP scale-subresource UPDATE carries
 /// in `object` (new) and `oldObject` (old) instead of the KCP itself.
-pub fn scale_replicas(v: &Value) -> Result<u32, CapiError> {
-    let object = describe(v);
-    match type_of(v) {
-        Some(("autoscaling", _, "Scale")) => {}
-        _ => return Err(wrong_kind(v, object, "autoscaling/v1 Scale")),
+pub fn scale_replicas(p: &ObjectParts) -> Result<u32, CapiError> {
+    let object = p.describe();
+    let type_of = p
+        .api_version
+        .as_deref()
+        .zip(p.kind.as_deref())
+        .and_then(|(a, k)| split_type(a, k));
+    if !matches!(type_of, Some(("autoscaling", _, "Scale"))) {
+        return Err(wrong_kind(
+            object,
+            p.api_version.as_deref(),
+            p.kind.as_deref(),
+            "autoscaling/v1 Scale",
+        ));
     }
-    match at(v, &["spec", "replicas"]) {
+    match &p.spec.replicas {
         // Scale.spec.replicas is omitted when zero.
         None => Ok(0),
         Some(r) => r
@@ -396,82 +760,45 @@ pub fn scale_replicas(v: &Value) -> Result<u32, CapiError> {
     }
 }
 
-/// Checks apiVersion and kind and reads the metadata every kind needs.
-fn header(
-    v: &Value,
+/// Checks that `api_version` and `kind` name `kind` of `group` in a version whose paths are
+/// known.
+fn check_type(
+    object: String,
+    api_version: Option<&str>,
+    found_kind: Option<&str>,
     group: &'static str,
     kind: &'static str,
-) -> Result<(ApiVersion, ObjectMeta, ObjectRef), CapiError> {
-    let object = describe(v);
-    if !v.is_object() {
-        return Err(CapiError::NotAnObject {
-            object,
-            problem: format!("expected a map, found {}", json_type(v)),
-        });
-    }
-    let Some((g, version, k)) = type_of(v) else {
+) -> Result<ApiVersion, CapiError> {
+    let Some((g, version, k)) = api_version
+        .zip(found_kind)
+        .and_then(|(a, k)| split_type(a, k))
+    else {
         return Err(CapiError::NotAnObject {
             object,
             problem: "apiVersion or kind is missing".into(),
         });
     };
     if g != group || k != kind {
-        return Err(wrong_kind(v, object, kind));
+        return Err(wrong_kind(object, api_version, found_kind, kind));
     }
-    let Some(version) = ApiVersion::parse(version) else {
-        return Err(CapiError::UnsupportedVersion {
-            object,
-            found: format!("{g}/{version}"),
-            supported: format!("{group}/v1beta2, {group}/v1beta1"),
-        });
-    };
-    let meta_value =
-        v.get("metadata")
-            .filter(|m| !m.is_null())
-            .ok_or_else(|| CapiError::MissingField {
-                object: object.clone(),
-                field: "metadata",
-            })?;
-    let meta: ObjectMeta =
-        serde_json::from_value(meta_value.clone()).map_err(|e| CapiError::InvalidField {
-            object: object.clone(),
-            field: "metadata",
-            problem: e.to_string(),
-        })?;
-    let name =
-        meta.name
-            .clone()
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| CapiError::MissingField {
-                object: object.clone(),
-                field: "metadata.name",
-            })?;
-    let namespace = meta
-        .namespace
-        .clone()
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| CapiError::MissingField {
-            object: object.clone(),
-            field: "metadata.namespace",
-        })?;
-    Ok((
-        version,
-        meta,
-        ObjectRef {
-            kind: kind.to_string(),
-            namespace,
-            name,
-        },
-    ))
+    ApiVersion::parse(version).ok_or_else(|| CapiError::UnsupportedVersion {
+        object,
+        found: format!("{g}/{version}"),
+        supported: format!("{group}/v1beta2, {group}/v1beta1"),
+    })
 }
 
-fn wrong_kind(v: &Value, object: String, expected: &'static str) -> CapiError {
-    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+fn wrong_kind(
+    object: String,
+    api_version: Option<&str>,
+    kind: Option<&str>,
+    expected: &'static str,
+) -> CapiError {
     CapiError::WrongKind {
         object,
         expected,
-        api_version: s("apiVersion"),
-        kind: s("kind"),
+        api_version: api_version.unwrap_or("").to_string(),
+        kind: kind.unwrap_or("").to_string(),
     }
 }
 
@@ -491,13 +818,12 @@ fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
 }
 
 fn optional_str(
-    v: &Value,
-    path: &[&str],
+    v: Option<&Value>,
     object: &ObjectRef,
     field: &'static str,
 ) -> Result<Option<String>, CapiError> {
-    match at(v, path) {
-        None => Ok(None),
+    match v {
+        None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(other) => Err(invalid(
@@ -554,18 +880,23 @@ fn json_type(v: &Value) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::engine::ANNOTATION_DELETE_MACHINE;
     use serde_json::json;
 
-    fn review(name: &str) -> Value {
+    /// One review of tests/fixtures/admission-reviews/, parsed.
+    pub(crate) fn review(name: &str) -> Value {
         let path = format!(
             "{}/tests/fixtures/admission-reviews/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         let text = std::fs::read_to_string(&path).expect("fixture readable");
         serde_json::from_str(&text).expect("fixture is JSON")
+    }
+
+    fn parts(v: &Value) -> ObjectParts {
+        ObjectParts::deserialize(v).expect("parts")
     }
 
     fn old_object(name: &str) -> Value {
@@ -648,9 +979,9 @@ mod tests {
             parse_kcp(&scale),
             Err(CapiError::WrongKind { .. })
         ));
-        assert_eq!(scale_replicas(&scale), Ok(3));
+        assert_eq!(scale_replicas(&parts(&scale)), Ok(3));
         let new = review("kcp-scale-subresource-3-to-5.json")["request"]["object"].clone();
-        assert_eq!(scale_replicas(&new), Ok(5));
+        assert_eq!(scale_replicas(&parts(&new)), Ok(5));
     }
 
     #[test]

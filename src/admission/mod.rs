@@ -115,7 +115,11 @@ impl Webhook {
             ),
         };
         let key = (d.namespace.clone(), kcp_name);
-        // One decision at a time: a reservation must be visible to the next review.
+        // One decision at a time: a reservation must be visible to the next review. The lock
+        // covers reading the caches and the reservations; only a review that may reserve (a
+        // Machine deletion, not a dry run) also decides under it, so that the next review sees
+        // its reservation. The others decide after releasing it: under concurrent load, a lock
+        // held through every decision made the server threads wait on each other.
         let mut reservations = self.reservations.lock().unwrap_or_else(|e| e.into_inner());
         let mut cp = match self.state.control_plane(&key.0, &key.1, now) {
             Ok(cp) => cp,
@@ -130,16 +134,22 @@ impl Webhook {
             cp.kcp = k.kcp.clone();
         }
         reservations.apply(&key, &mut cp, now, &self.state);
-        let verdict = decide(&cp, &op, &d.requester, &self.policy, now_unix);
-        let reserves = !verdict.reason.is_unconditional() || verdict.reason == Reason::BreakGlass;
-        if verdict.allowed
-            && reserves
-            && !d.dry_run
-            && let Operation::DeleteMachine(m) = &op
-        {
-            reservations.reserve(key.clone(), m.clone(), now, &self.state);
-        }
-        drop(reservations);
+        let verdict = match &op {
+            Operation::DeleteMachine(m) if !d.dry_run => {
+                let verdict = decide(&cp, &op, &d.requester, &self.policy, now_unix);
+                let reserves =
+                    !verdict.reason.is_unconditional() || verdict.reason == Reason::BreakGlass;
+                if verdict.allowed && reserves {
+                    reservations.reserve(key, m.clone(), now, &self.state);
+                }
+                drop(reservations);
+                verdict
+            }
+            _ => {
+                drop(reservations);
+                decide(&cp, &op, &d.requester, &self.policy, now_unix)
+            }
+        };
         if !d.dry_run && (!verdict.allowed || verdict.reason == Reason::BreakGlass) {
             self.notify(d, &verdict);
         }

@@ -1,0 +1,174 @@
+//! The etcd prober (issue 6, part 3): one probe of a real 3-member etcd cluster over TLS, healthy
+//! and with one member frozen (SIGSTOP), repeated; prints min/median/max against the targets.
+//!
+//! Run: `cargo bench --bench prober` (needs `etcd`, `etcdctl` and `openssl` on PATH, as the
+//! tests do; `scripts/test.sh` installs them). Settings: `-- --runs 20 --deadline 1s`, or
+//! `QG_PROBER_RUNS`, `QG_PROBER_DEADLINE`.
+//!
+//! A probe is what the sweep does for each cluster: the member list, then every member's status
+//! and health in parallel, all under one deadline. "Kept clients" is the sweep's steady state
+//! (one client per member kept between sweeps); "new clients" is the first sweep after a start or
+//! a CA change (every connection dialled and TLS-handshaken inside the probe). The frozen member
+//! is a follower: freezing the leader also costs an election, which is etcd's time, not ours.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use quorumguard::engine::Health;
+use quorumguard::etcd::{Probe, Prober};
+use quorumguard::playground::etcd::EtcdCluster;
+
+/// What one scenario measured, sorted, in milliseconds.
+struct Row {
+    scenario: &'static str,
+    millis: Vec<f64>,
+    target: Duration,
+    /// A probe that did not show the expected health (a wrong answer, not a slow one).
+    wrong: usize,
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let setting = |name: &str| -> Option<String> {
+        args.iter()
+            .position(|a| a == &format!("--{name}"))
+            .and_then(|i| args.get(i + 1).cloned())
+            .or_else(|| std::env::var(format!("QG_PROBER_{}", name.to_uppercase())).ok())
+    };
+    let runs: usize = setting("runs").map_or(Ok(20), |v| v.parse())?;
+    let deadline = setting("deadline").map_or(Ok(Duration::from_secs(1)), |v| {
+        humantime::parse_duration(&v)
+    })?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+
+    let mut cluster = EtcdCluster::start(3).context("starting a 3-member etcd cluster")?;
+    let tls = cluster.client_tls()?;
+    let endpoints = cluster.endpoints();
+    let names: Vec<String> = (0..3)
+        .filter_map(|i| cluster.name(i).map(str::to_string))
+        .collect();
+    let kept = Prober::new(tls.clone());
+    let healthy = |p: &Probe, expect: &[&str]| {
+        p.members.len() == 3
+            && p.members
+                .iter()
+                .all(|m| (m.health == Health::Healthy) == expect.contains(&m.name.as_str()))
+    };
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+
+    // Settle: every member healthy through the kept prober.
+    let settle = Instant::now() + Duration::from_secs(15);
+    let first = loop {
+        if let Ok(p) = rt.block_on(kept.probe(&endpoints, deadline))
+            && healthy(&p, &all)
+        {
+            break p;
+        }
+        if Instant::now() > settle {
+            bail!("the cluster did not become healthy within 15 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let follower = first
+        .members
+        .iter()
+        .find(|m| !m.is_leader)
+        .and_then(|m| cluster.index_of(&m.name))
+        .context("no follower")?;
+
+    let healthy_target = Duration::from_millis(50);
+    let frozen_target = deadline + Duration::from_millis(100);
+    let measure = |scenario, target, new_client: bool, expect: &[&str]| -> Row {
+        let mut row = Row {
+            scenario,
+            millis: Vec::new(),
+            target,
+            wrong: 0,
+        };
+        for _ in 0..runs {
+            let fresh;
+            let prober = if new_client {
+                fresh = Prober::new(tls.clone());
+                &fresh
+            } else {
+                &kept
+            };
+            let started = Instant::now();
+            let result = rt.block_on(prober.probe(&endpoints, deadline));
+            row.millis.push(started.elapsed().as_secs_f64() * 1e3);
+            if !result.is_ok_and(|p| healthy(&p, expect)) {
+                row.wrong += 1;
+            }
+            // Between sweeps, as the sweep's interval would; short, for a short bench.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        row.millis.sort_by(f64::total_cmp);
+        row
+    };
+    let mut rows = vec![
+        measure("healthy, kept clients", healthy_target, false, &all),
+        measure("healthy, new clients", healthy_target, true, &all),
+    ];
+    cluster.freeze(follower)?;
+    let up: Vec<&str> = all
+        .iter()
+        .copied()
+        .filter(|n| Some(*n) != cluster.name(follower))
+        .collect();
+    rows.push(measure("1 frozen, kept clients", frozen_target, false, &up));
+    rows.push(measure("1 frozen, new clients", frozen_target, true, &up));
+    cluster.thaw(follower)?;
+
+    println!(
+        "etcd prober: 3-member etcd {} over TLS on 127.0.0.1, {runs} probes each, deadline {}\n",
+        etcd_version(),
+        humantime::format_duration(deadline)
+    );
+    println!(
+        "{:<24} {:>9} {:>9} {:>9} {:>10} {:>7}  result",
+        "scenario", "min ms", "median ms", "max ms", "target ms", "wrong"
+    );
+    let mut missed = false;
+    for r in &rows {
+        let max = r.millis.last().copied().unwrap_or(f64::NAN);
+        let target = r.target.as_secs_f64() * 1e3;
+        let met = max <= target && r.wrong == 0;
+        missed |= !met;
+        println!(
+            "{:<24} {:>9.1} {:>9.1} {:>9.1} {:>10.0} {:>7}  {} (max/target {:.2})",
+            r.scenario,
+            r.millis.first().copied().unwrap_or(f64::NAN),
+            r.millis[r.millis.len() / 2],
+            max,
+            target,
+            r.wrong,
+            if met { "met" } else { "missed" },
+            max / target
+        );
+    }
+    println!(
+        "\ntargets: healthy probe under 50 ms; with a frozen member, within the deadline + 100 ms"
+    );
+    if missed {
+        println!("(a target was missed: see the max column)");
+    }
+    Ok(())
+}
+
+/// `etcd --version`'s first line, for the report.
+fn etcd_version() -> String {
+    std::process::Command::new("etcd")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(|l| l.trim_start_matches("etcd Version: ").to_string())
+        })
+        .unwrap_or_else(|| "?".into())
+}

@@ -1,0 +1,65 @@
+//! The webhook under load (issue 6, part 2): quorumguard and a floor server of the same stack,
+//! in this process, each driven over h2 + TLS at a fixed concurrency for a fixed time with the
+//! same mix of Machine DELETE and KCP UPDATE reviews; prints throughput, latency quantiles, the
+//! ratios against the targets and the process's RSS. See benches/support/load.rs.
+//!
+//! Run: `cargo bench --bench webhook_load` (concurrency 64 over 3 connections, 2 s warm-up,
+//! 10 s measured). Settings: `-- --concurrency N --connections N --duration 10s --warmup 2s`,
+//! or the environment `QG_LOAD_CONCURRENCY`, `QG_LOAD_CONNECTIONS`, `QG_LOAD_DURATION`,
+//! `QG_LOAD_WARMUP`; `-- --rounds N` (`QG_LOAD_ROUNDS`) repeats floor-then-quorumguard and
+//! reports the median ratios; `-- --only floor|quorumguard` drives one, to profile it;
+//! `-- --smoke` (or `QG_LOAD_SMOKE=1`) is 1 s at concurrency 4. Without a log subscriber the
+//! per-review log line costs nothing; `-- --log json 2>/dev/null` logs as `serve` does.
+//!
+//! The servers and the generator get a runtime each (two worker threads, the machine's cores),
+//! as a webhook and kube-apiserver are separate processes.
+
+use anyhow::Result;
+
+mod support;
+
+use quorumguard::telemetry::{LogFormat, init_logging};
+use support::load::{Servers, options_from, table};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts = options_from(&args)?;
+    // `--log text|json`: log as `quorumguard serve` does (one line per review, to stderr).
+    if let Some(format) = args
+        .iter()
+        .position(|a| a == "--log")
+        .and_then(|i| args.get(i + 1))
+    {
+        let format = match format.as_str() {
+            "json" => LogFormat::Json,
+            _ => LogFormat::Text,
+        };
+        init_logging(format, "info")?;
+    }
+    let servers_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("servers")
+        .enable_all()
+        .build()?;
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("load")
+        .enable_all()
+        .build()?;
+    let servers = servers_rt.block_on(Servers::start())?;
+    let mut rounds = Vec::new();
+    for _ in 0..opts.rounds.max(1) {
+        let mut reports = Vec::new();
+        for target in opts.targets() {
+            reports.push(client_rt.block_on(servers.drive(target, &opts))?);
+        }
+        rounds.push(reports);
+    }
+    print!("{}", table(&opts, &rounds));
+    servers_rt.block_on(servers.shutdown());
+    let errors: u64 = rounds.iter().flatten().map(|r| r.errors).sum();
+    if errors > 0 {
+        anyhow::bail!("{errors} failed requests");
+    }
+    Ok(())
+}
