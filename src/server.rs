@@ -23,6 +23,14 @@ use crate::status::publish::{self, PublishConfig, Publisher};
 use crate::telemetry::{Metrics, Readiness, admin_router};
 use crate::tls;
 
+/// How long a connection may go, after its TLS handshake, without a complete first request
+/// (h2 and HTTP/1.1): a client that connects and sends nothing, or drips its headers, is closed
+/// rather than held open forever. axum-server bounds the handshake itself (10 s).
+pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// HTTP/1.1: how long the headers of a later request on a kept-alive connection may take (and so
+/// how long such a connection may sit idle). hyper's own default, which axum-server turns off.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Everything `serve` needs to know.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
@@ -208,11 +216,14 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
 
     let handle = Handle::new();
     let app = webhook.clone().router();
-    let server = tokio::spawn(
-        axum_server::bind_rustls(config.listen, tls_config)
-            .handle(handle.clone())
-            .serve(app.into_make_service()),
-    );
+    let mut webhook_server = axum_server::bind_rustls(config.listen, tls_config)
+        .handle(handle.clone())
+        .first_request_timeout(FIRST_REQUEST_TIMEOUT);
+    webhook_server
+        .http_builder()
+        .http1()
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let server = tokio::spawn(webhook_server.serve(app.into_make_service()));
     let Some(addr) = handle.listening().await else {
         return Err(ServerError::Listen(config.listen));
     };
