@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum_server::Handle;
 use kube::Client;
 use tokio::net::TcpListener;
@@ -30,6 +32,25 @@ pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/1.1: how long the headers of a later request on a kept-alive connection may take (and so
 /// how long such a connection may sit idle). hyper's own default, which axum-server turns off.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a request may take once its headers are in: reading the body and answering. An
+/// answer takes microseconds, so this bounds a client that drips its body.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Answers 408 to a request that does not finish within [`REQUEST_TIMEOUT`].
+async fn bounded(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!(
+                "quorumguard: the request body did not arrive within {} s\n",
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        )
+            .into_response(),
+    }
+}
 
 /// Everything `serve` needs to know.
 #[derive(Clone, Debug)]
@@ -215,7 +236,10 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
     }));
 
     let handle = Handle::new();
-    let app = webhook.clone().router();
+    let app = webhook
+        .clone()
+        .router()
+        .layer(axum::middleware::from_fn(bounded));
     let mut webhook_server = axum_server::bind_rustls(config.listen, tls_config)
         .handle(handle.clone())
         .first_request_timeout(FIRST_REQUEST_TIMEOUT);
