@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum_server::accept::NoDelayAcceptor;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use axum_server::{Handle, Server};
@@ -24,6 +26,33 @@ use crate::status::metrics::EnricherMetrics;
 use crate::status::publish::{self, PublishConfig, Publisher};
 use crate::telemetry::{Metrics, Readiness, admin_router};
 use crate::tls;
+
+/// How long a connection may go, after its TLS handshake, without a complete first request
+/// (h2 and HTTP/1.1): a client that connects and sends nothing, or drips its headers, is closed
+/// rather than held open forever. axum-server bounds the handshake itself (10 s).
+pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// HTTP/1.1: how long the headers of a later request on a kept-alive connection may take (and so
+/// how long such a connection may sit idle). hyper's own default, which axum-server turns off.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a request may take once its headers are in: reading the body and answering. An
+/// answer takes microseconds, so this bounds a client that drips its body.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Answers 408 to a request that does not finish within [`REQUEST_TIMEOUT`].
+async fn bounded(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!(
+                "quorumguard: the request body did not arrive within {} s\n",
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        )
+            .into_response(),
+    }
+}
 
 /// Everything `serve` needs to know.
 #[derive(Clone, Debug)]
@@ -209,7 +238,10 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
     }));
 
     let handle = Handle::new();
-    let app = webhook.clone().router();
+    let app = webhook
+        .clone()
+        .router()
+        .layer(axum::middleware::from_fn(bounded));
     let server = tokio::spawn(
         https(config.listen, tls_config)
             .handle(handle.clone())
@@ -240,11 +272,20 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
 /// accepted connection. Without it, a response written in more than one segment waits for the
 /// client's delayed ACK (40 ms on Linux) under Nagle's algorithm: under concurrent h2 load that
 /// put a 40 ms floor under the p99. kube-apiserver's Go client sets it on its side too.
+/// Connections are bounded in time as well: [`FIRST_REQUEST_TIMEOUT`] and, for HTTP/1.1,
+/// [`HEADER_READ_TIMEOUT`] (axum-server turns hyper's default off).
 pub fn https(
     addr: SocketAddr,
     tls: RustlsConfig,
 ) -> Server<SocketAddr, RustlsAcceptor<NoDelayAcceptor>> {
-    Server::bind(addr).acceptor(RustlsAcceptor::new(tls).acceptor(NoDelayAcceptor::new()))
+    let mut server = Server::bind(addr)
+        .acceptor(RustlsAcceptor::new(tls).acceptor(NoDelayAcceptor::new()))
+        .first_request_timeout(FIRST_REQUEST_TIMEOUT);
+    server
+        .http_builder()
+        .http1()
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    server
 }
 
 impl Running {

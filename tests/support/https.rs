@@ -132,39 +132,53 @@ pub async fn post(
     content_type: &str,
     body: Vec<u8>,
 ) -> (StatusCode, Bytes) {
-    let stream = connect(addr, config).await.expect("connect");
-    let h2 = alpn(&stream).as_deref() == Some(b"h2");
     let request = Request::post(path)
         .header("content-type", content_type)
         .header("host", "localhost")
         .body(Full::new(Bytes::from(body)))
         .expect("request");
+    send(addr, config, request)
+        .await
+        .unwrap_or_else(|e| panic!("POST https://{addr}{path}: {e}"))
+}
+
+/// Any request over a fresh connection (h2 when the server picks it, else HTTP/1.1), each step
+/// bounded by [`STEP`]; an error instead of a panic when the server refuses or closes.
+pub async fn send(
+    addr: SocketAddr,
+    config: Arc<ClientConfig>,
+    request: Request<Full<Bytes>>,
+) -> Result<(StatusCode, Bytes), String> {
+    let stream = connect(addr, config)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let h2 = alpn(&stream).as_deref() == Some(b"h2");
     let response = tokio::time::timeout(STEP, async {
         if h2 {
             let (mut sender, conn) =
                 hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
                     .await
-                    .expect("h2 handshake");
+                    .map_err(|e| format!("h2 handshake: {e}"))?;
             tokio::spawn(conn);
             sender.send_request(request).await
         } else {
             let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
                 .await
-                .expect("http1 handshake");
+                .map_err(|e| format!("http1 handshake: {e}"))?;
             tokio::spawn(conn);
             sender.send_request(request).await
         }
+        .map_err(|e| format!("response: {e}"))
     })
     .await
-    .expect("response within the step bound")
-    .expect("response");
+    .map_err(|_| "no response within the step bound".to_string())??;
     let status = response.status();
     let body = tokio::time::timeout(STEP, response.into_body().collect())
         .await
-        .expect("body within the step bound")
-        .expect("body")
+        .map_err(|_| "no body within the step bound".to_string())?
+        .map_err(|e| format!("body: {e}"))?
         .to_bytes();
-    (status, body)
+    Ok((status, body))
 }
 
 /// GET over plain HTTP (the admin port).
