@@ -277,13 +277,14 @@ fn keep_mode_serves_kubectl_and_stops_everything_on_ctrl_c() {
         "it tells how to freeze a member"
     );
 
-    // Wait (bounded) for the first publication, so describe has something to show.
+    // Wait (bounded) for the Healthy publication: on a loaded machine the first one may come
+    // before the first probe ("ProbeFailed: no etcd probe of this cluster yet").
     let mut describe = String::new();
-    for _ in 0..40 {
+    for _ in 0..80 {
         let (code, out, err) = kubectl(&kubeconfig, &["describe", "kcp", KCP]);
         assert_eq!(code, 0, "kubectl describe kcp: {err}");
         describe = out;
-        if describe.contains("quorumguard.io/NextAction") {
+        if describe.contains("quorumguard.io/NextAction") && describe.contains("Healthy") {
             break;
         }
         std::thread::sleep(Duration::from_millis(250));
