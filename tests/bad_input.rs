@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
-use quorumguard::engine::{Health, Member, Policy};
+use quorumguard::engine::Policy;
 use quorumguard::server::{self, Running, ServeConfig};
 use serde_json::{Value, json};
 use support::apiserver::ApiServer;
@@ -76,15 +76,7 @@ async fn world() -> World {
         assert!(Instant::now() < deadline, "caches did not sync");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let members = ["a", "b", "c"]
-        .iter()
-        .enumerate()
-        .map(|(i, x)| {
-            let mut m = Member::new(0x1000 + i as u64, format!("cp-{x}"));
-            m.health = Health::Healthy;
-            m
-        })
-        .collect();
+    let members = support::reviews::members(&[("a", true), ("b", true), ("c", true)]);
     running
         .state
         .set_health(NS, "test", members, Instant::now());

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::core::{DynamicObject, Status};
 use quorumguard::certs::Ca;
-use quorumguard::engine::{Health, Member, Policy};
+use quorumguard::engine::Policy;
 use quorumguard::playground::apiserver::{AdmissionVerdict, Operation};
 use quorumguard::playground::webhooks::{
     MANIFEST, SERVICE_DNS_NAME, WebhookCall, WebhookDispatcher, WebhookTarget, review_request,
@@ -79,22 +79,12 @@ impl World {
 
     /// etcd health of cluster `test`: members cp-{x}, healthy or not.
     fn health(&self, members: &[(&str, bool)]) {
-        let ms = members
-            .iter()
-            .enumerate()
-            .map(|(i, (x, up))| {
-                let mut m = Member::new(0x1000 + i as u64, format!("cp-{x}"));
-                m.health = if *up {
-                    Health::Healthy
-                } else {
-                    Health::Unhealthy("context deadline exceeded".into())
-                };
-                m
-            })
-            .collect();
-        self.running()
-            .state
-            .set_health(NS, "test", ms, Instant::now());
+        self.running().state.set_health(
+            NS,
+            "test",
+            support::reviews::members(members),
+            Instant::now(),
+        );
     }
 
     fn target(&self) -> WebhookTarget {

@@ -10,7 +10,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumguard::engine::{Health, Member, Policy};
+use quorumguard::engine::Policy;
 use quorumguard::server::{self, Running, ServeConfig};
 use serde_json::{Value, json};
 use support::apiserver::ApiServer;
@@ -38,22 +38,12 @@ impl World {
 
     /// Sets etcd health of cluster `test`: members cp-{x}, healthy or not.
     fn health(&self, members: &[(&str, bool)]) {
-        let ms = members
-            .iter()
-            .enumerate()
-            .map(|(i, (x, up))| {
-                let mut m = Member::new(0x1000 + i as u64, format!("cp-{x}"));
-                m.health = if *up {
-                    Health::Healthy
-                } else {
-                    Health::Unhealthy("context deadline exceeded".into())
-                };
-                m
-            })
-            .collect();
-        self.running()
-            .state
-            .set_health(NS, "test", ms, Instant::now());
+        self.running().state.set_health(
+            NS,
+            "test",
+            support::reviews::members(members),
+            Instant::now(),
+        );
     }
 
     /// Sends a review body to `path` over h2; returns the HTTP status and the parsed body.

@@ -22,7 +22,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use quorumguard::engine::{Health, Member, Policy};
+use quorumguard::engine::Policy;
 use quorumguard::playground::apiserver::ApiServer;
 use quorumguard::server::{self, Running, ServeConfig};
 use serde::Deserialize;
@@ -228,15 +228,8 @@ impl Servers {
         let state = running.state.clone();
         let health = tokio::spawn(async move {
             loop {
-                let members = MACHINES
-                    .iter()
-                    .enumerate()
-                    .map(|(i, x)| {
-                        let mut m = Member::new(0x1000 + i as u64, format!("cp-{x}"));
-                        m.health = Health::Healthy;
-                        m
-                    })
-                    .collect();
+                let healthy: Vec<(&str, bool)> = MACHINES.iter().map(|x| (*x, true)).collect();
+                let members = super::reviews::members(&healthy);
                 state.set_health(NS, "test", members, Instant::now());
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }

@@ -1,6 +1,7 @@
 //! The AdmissionReview fixtures kube-apiserver sent (tests/fixtures/admission-reviews/) and the
 //! Cluster API objects in them, shaped for seeding the API-server stand-in.
 
+use quorumguard::engine::{Health, Member};
 use serde_json::{Value, json};
 
 /// Namespace of every object in the fixtures.
@@ -8,6 +9,24 @@ pub const NS: &str = "capi-test";
 /// The KCP controller's service account, as in the fixtures.
 pub const KCP_CONTROLLER: &str =
     "system:serviceaccount:capi-kubeadm-control-plane-system:capi-kubeadm-control-plane-manager";
+
+/// etcd members of the fixture control plane as a sweep records them: `cp-{x}` (the fixture
+/// Machines' nodes) with IDs from 0x1000, each healthy or not ("context deadline exceeded").
+pub fn members(health: &[(&str, bool)]) -> Vec<Member> {
+    health
+        .iter()
+        .enumerate()
+        .map(|(i, (x, up))| {
+            let mut m = Member::new(0x1000 + i as u64, format!("cp-{x}"));
+            m.health = if *up {
+                Health::Healthy
+            } else {
+                Health::Unhealthy("context deadline exceeded".into())
+            };
+            m
+        })
+        .collect()
+}
 
 /// One fixture review, parsed.
 pub fn fixture(name: &str) -> Value {
