@@ -455,6 +455,14 @@ fn base64(bytes: &[u8]) -> Result<String, CertError> {
     }
 }
 
+/// Unix seconds, negative before 1970 (which [`Ca::sign_client`] refuses as a broken clock).
+pub fn unix_secs(t: std::time::SystemTime) -> i64 {
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_secs()).map_or(i64::MIN, |s| -s),
+    }
+}
+
 /// RFC 3339, UTC, seconds; Unix seconds where that is out of range.
 pub fn format_time(unix: i64) -> String {
     match ASN1Time::from_timestamp(unix) {

@@ -4,7 +4,7 @@
 //! Tests start it in-process with [`start`]; the binary wraps it with flags and signals.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +51,20 @@ async fn bounded(request: axum::extract::Request, next: axum::middleware::Next) 
             ),
         )
             .into_response(),
+    }
+}
+
+/// Logs the serving certificate's validity when it changes: an error while kube-apiserver would
+/// refuse it, a warning in the last days before expiry, info otherwise.
+fn report_validity(validity: &tls::Validity, problem: Option<tls::ValidityProblem>, path: &Path) {
+    let now = crate::certs::unix_secs(std::time::SystemTime::now());
+    let not_after = crate::certs::format_time(validity.not_after);
+    match problem {
+        None => tracing::info!(%not_after, "serving certificate valid"),
+        Some(p @ tls::ValidityProblem::ExpiresSoon) => {
+            tracing::warn!(%not_after, "{}", validity.describe(p, path, now));
+        }
+        Some(p) => tracing::error!(%not_after, "{}", validity.describe(p, path, now)),
     }
 }
 
@@ -190,6 +204,7 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
     let tls_config = tls::load(&config.tls_cert, &config.tls_key).await?;
     readiness.set_cert_loaded(true);
     let reload_metrics = metrics.clone();
+    let cert_path = config.tls_cert.clone();
     tasks.push(tls::spawn_reloader(
         tls_config.clone(),
         config.tls_cert.clone(),
@@ -204,6 +219,17 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
                 reload_metrics.cert_reload(false);
                 tracing::error!(error = %e, "serving certificate not reloaded; still serving the previous one");
             }
+        },
+    ));
+
+    let validity_metrics = metrics.clone();
+    tasks.push(tls::spawn_validity_watch(
+        config.tls_cert.clone(),
+        config.tls_key.clone(),
+        config.tls_reload_interval,
+        move |validity, problem| {
+            validity_metrics.set_cert_validity(validity.not_before, validity.not_after);
+            report_validity(validity, problem, &cert_path);
         },
     ));
 

@@ -129,6 +129,8 @@ fn duration_histogram() -> Histogram {
 /// - `admission_duration_seconds{endpoint}` histogram ([`DURATION_BUCKETS`]);
 /// - `admission_in_flight{endpoint}` gauge — reviews being decided now;
 /// - `certificate_reloads_total{result="success"|"error"}` counter (both present from the start);
+/// - `serving_certificate_not_before_timestamp_seconds` / `..._not_after_...` gauges — the
+///   validity of the certificate served now, for alerts long before kube-apiserver refuses it;
 /// - `cache_synced{resource}` gauge, 1 once that resource's watch cache has synced, else 0.
 ///
 /// More families (the status enricher's probe metrics, for example) are added through
@@ -143,6 +145,8 @@ pub struct Metrics {
     duration: Family<EndpointLabels, Histogram, fn() -> Histogram>,
     in_flight: Family<EndpointLabels, Gauge>,
     cert_reloads: Family<ReloadLabels, Counter>,
+    cert_not_before: Gauge,
+    cert_not_after: Gauge,
     cache_synced: Family<ResourceLabels, Gauge>,
 }
 
@@ -189,6 +193,21 @@ impl Metrics {
         for result in ["success", "error"] {
             let _ = cert_reloads.get_or_create(&ReloadLabels { result });
         }
+        let cert_not_before = Gauge::default();
+        registry.register_with_unit(
+            "serving_certificate_not_before_timestamp",
+            "Start of the validity of the serving certificate in use (Unix time)",
+            Unit::Seconds,
+            cert_not_before.clone(),
+        );
+        let cert_not_after = Gauge::default();
+        registry.register_with_unit(
+            "serving_certificate_not_after_timestamp",
+            "Expiry of the serving certificate in use (Unix time): alert well before it, \
+             kube-apiserver refuses an expired certificate",
+            Unit::Seconds,
+            cert_not_after.clone(),
+        );
         let cache_synced = Family::<ResourceLabels, Gauge>::default();
         registry.register(
             "cache_synced",
@@ -201,6 +220,8 @@ impl Metrics {
             duration,
             in_flight,
             cert_reloads,
+            cert_not_before,
+            cert_not_after,
             cache_synced,
         }
     }
@@ -248,6 +269,12 @@ impl Metrics {
         self.cert_reloads
             .get_or_create(&ReloadLabels { result })
             .inc();
+    }
+
+    /// Records the validity of the serving certificate now in use (Unix seconds).
+    pub fn set_cert_validity(&self, not_before: i64, not_after: i64) {
+        self.cert_not_before.set(not_before);
+        self.cert_not_after.set(not_after);
     }
 
     /// Sets whether the watch cache of `resource` (e.g. `machines`) has synced.

@@ -86,7 +86,7 @@ pub fn sign_client_cert(
     let issued = Ca::from_pem(ca_cert_pem, ca_key_pem)?.sign_client(
         common_name,
         CLIENT_CERT_VALIDITY,
-        unix_secs(now),
+        crate::certs::unix_secs(now),
     )?;
     Ok(ClientCert {
         cert_pem: issued.cert_pem,
@@ -94,14 +94,6 @@ pub fn sign_client_cert(
         not_before: system_time(issued.not_before),
         not_after: system_time(issued.not_after),
     })
-}
-
-/// Unix seconds, negative before 1970 (which [`Ca::sign_client`] refuses as a broken clock).
-fn unix_secs(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        Err(e) => i64::try_from(e.duration().as_secs()).map_or(i64::MIN, |s| -s),
-    }
 }
 
 /// [`Ca`] issues nothing dated before 2000, so the clamp at 1970 never applies.
