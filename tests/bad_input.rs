@@ -17,12 +17,11 @@ use std::time::{Duration, Instant};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
-use quorumguard::engine::Policy;
-use quorumguard::server::{self, Running, ServeConfig};
+use quorumguard::server::Running;
 use serde_json::{Value, json};
 use support::apiserver::ApiServer;
-use support::https::{STEP, TempDir, TestPki, connect, post, send};
-use support::reviews::{NS, cluster_object, fixture, kcp_object, machine_named, stored};
+use support::https::{TempDir, TestPki, connect, post, send};
+use support::reviews::{NS, fixture, machine_named};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -41,45 +40,11 @@ struct World {
 /// A server whose caches hold Cluster `test`, its KCP (replicas 3) and Machines test-cp-{a,b,c},
 /// all three etcd members healthy.
 async fn world() -> World {
-    let api = ApiServer::start().await.expect("stand-in");
-    api.insert(cluster_object(json!({}))).expect("cluster");
-    api.insert(stored(kcp_object())).expect("kcp");
-    for x in ["a", "b", "c"] {
-        api.insert(stored(machine_named(
-            &format!("test-cp-{x}"),
-            &format!("cp-{x}"),
-        )))
-        .expect("machine");
-    }
+    let api = support::guard::standin().await;
     let dir = TempDir::new("bad-input");
     let pki = TestPki::new(dir.path());
-    let config = ServeConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        admin_listen: "127.0.0.1:0".parse().expect("addr"),
-        tls_cert: pki.cert_file.clone(),
-        tls_key: pki.key_file.clone(),
-        tls_reload_interval: Duration::from_secs(5),
-        policy: Policy::default(),
-        reservation_ttl: Duration::from_secs(30),
-        shutdown_delay: Duration::from_millis(100),
-        shutdown_grace: Duration::from_secs(2),
-        pod_name: None,
-        events: false,
-        sweep: None,
-        status: None,
-    };
-    let running = server::start(config, api.client().expect("client"))
-        .await
-        .expect("server starts");
-    let deadline = Instant::now() + STEP;
-    while !running.state.all_synced() {
-        assert!(Instant::now() < deadline, "caches did not sync");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let members = support::reviews::members(&[("a", true), ("b", true), ("c", true)]);
-    running
-        .state
-        .set_health(NS, "test", members, Instant::now());
+    let config = support::guard::config(&pki, Duration::from_secs(5));
+    let running = support::guard::start(config, &api).await;
     World {
         _api: api,
         running,

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use quorumguard::engine::{EtcdState, Policy};
 use quorumguard::etcd::sweep::SweepConfig;
 use quorumguard::server::{self, Running, ServeConfig};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::apiserver::ApiServer;
 use support::etcd::EtcdCluster;
-use support::https::{TempDir, TestPki, post};
+use support::https::{TempDir, TestPki};
 use support::reviews::{KCP_CONTROLLER, NS, fixture};
 use support::seed::{self, machine, wait_for};
 
@@ -25,23 +25,7 @@ async fn delete(running: &Running, pki: &TestPki, member: &str, user: &str) -> (
     r["request"]["name"] = json!(format!("test-{member}"));
     r["request"]["userInfo"]["username"] = json!(user);
     r["request"]["oldObject"] = machine(member);
-    let (code, body) = post(
-        running.addr,
-        pki.client(&[b"h2"]),
-        "/validate/machines",
-        "application/json",
-        serde_json::to_vec(&r).expect("json"),
-    )
-    .await;
-    assert_eq!(code.as_u16(), 200);
-    let v: Value = serde_json::from_slice(&body).expect("review");
-    (
-        v["response"]["allowed"].as_bool().expect("allowed"),
-        v["response"]["auditAnnotations"]["reason"]
-            .as_str()
-            .expect("reason")
-            .to_string(),
-    )
+    support::guard::verdict(running, pki, "/validate/machines", &r).await
 }
 
 /// Healthy members the webhook's state holds for cluster `test`.

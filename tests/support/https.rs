@@ -76,8 +76,23 @@ impl TestPki {
 
     /// Writes a new serving pair (a fresh key); returns the leaf DER.
     pub fn write_leaf(&self, cn: &str) -> CertificateDer<'static> {
+        let now = std::time::SystemTime::now();
+        let day = Duration::from_secs(86_400);
+        self.write_leaf_valid(cn, now - day, now + 365 * day)
+    }
+
+    /// Writes a new serving pair (a fresh key) valid from `not_before` to `not_after`; returns
+    /// the leaf DER.
+    pub fn write_leaf_valid(
+        &self,
+        cn: &str,
+        not_before: std::time::SystemTime,
+        not_after: std::time::SystemTime,
+    ) -> CertificateDer<'static> {
         let key = KeyPair::generate().expect("leaf key");
         let mut params = CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        params.not_before = not_before.into();
+        params.not_after = not_after.into();
         params
             .subject_alt_names
             .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
