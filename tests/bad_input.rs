@@ -280,8 +280,19 @@ async fn malformed_reviews_are_400_naming_the_problem() {
             b"{\"apiVersion\": \"admission.k8s.io/v1\",".to_vec(),
             &["not valid JSON"],
         ),
-        ("JSON null", b"null".to_vec(), &["apiVersion"]),
-        ("a JSON array", b"[1, 2, 3]".to_vec(), &["apiVersion"]),
+        (
+            "JSON null",
+            b"null".to_vec(),
+            &["not an AdmissionReview", "expected a JSON object, got null"],
+        ),
+        (
+            "a JSON array",
+            b"[1, 2, 3]".to_vec(),
+            &[
+                "not an AdmissionReview",
+                "expected a JSON object, got an array",
+            ],
+        ),
         (
             "request is a string",
             br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":"x"}"#

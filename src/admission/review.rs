@@ -31,6 +31,9 @@ pub enum ReviewError {
     Json(serde_json::Error),
     #[error("the body is not an AdmissionReview: {0}")]
     Shape(serde_json::Error),
+    /// Valid JSON, but not an object at all (`null`, an array, a string...).
+    #[error("the body is not an AdmissionReview: expected a JSON object, got {0}")]
+    NotObject(&'static str),
     #[error(
         "AdmissionReview apiVersion {0:?} is not supported: register the webhook with admissionReviewVersions [v1]"
     )]
@@ -150,6 +153,17 @@ fn why_not(body: &[u8], shape: serde_json::Error) -> ReviewError {
         Ok(v) => v,
         Err(e) => return ReviewError::Json(e),
     };
+    let got = match &value {
+        Value::Object(_) => None,
+        Value::Null => Some("null"),
+        Value::Array(_) => Some("an array"),
+        Value::String(_) => Some("a string"),
+        Value::Number(_) => Some("a number"),
+        Value::Bool(_) => Some("a boolean"),
+    };
+    if let Some(got) = got {
+        return ReviewError::NotObject(got);
+    }
     let api_version = value
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -385,6 +399,20 @@ mod tests {
             br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}"#,
         ] {
             assert!(matches!(err(body), ReviewError::NoRequest));
+        }
+        for (body, got) in [
+            (b"null".as_slice(), "null"),
+            (b"[1, 2]", "an array"),
+            (b"\"AdmissionReview\"", "a string"),
+            (b"7", "a number"),
+            (b"true", "a boolean"),
+        ] {
+            let e = err(body);
+            assert!(matches!(e, ReviewError::NotObject(g) if g == got), "{e}");
+            assert_eq!(
+                e.to_string(),
+                format!("the body is not an AdmissionReview: expected a JSON object, got {got}")
+            );
         }
         let mut shape = fixture("machine-delete-by-user.json");
         shape["request"]["uid"] = json!(5);
