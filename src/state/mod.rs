@@ -271,14 +271,17 @@ impl ClusterState {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&key);
-        self.health.write().unwrap_or_else(|e| e.into_inner()).insert(
-            key,
-            HealthEntry {
-                members,
-                taken,
-                taken_unix,
-            },
-        );
+        self.health
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                key,
+                HealthEntry {
+                    members,
+                    taken,
+                    taken_unix,
+                },
+            );
     }
 
     /// Records that a probe of Cluster `namespace/name` failed. The last good snapshot stays for
@@ -325,10 +328,12 @@ impl ClusterState {
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
             .map(|h| h.taken_unix);
-        Some(match last.and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t).ok()) {
-            Some(t) => format!("{error} (last successful probe at {t})"),
-            None => error,
-        })
+        Some(
+            match last.and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t).ok()) {
+                Some(t) => format!("{error} (last successful probe at {t})"),
+                None => error,
+            },
+        )
     }
 
     /// `metadata.generation` of KCP `namespace/name` as cached.
@@ -640,7 +645,11 @@ mod tests {
         back.health = Health::Healthy;
         s.set_health("ns", "c1", vec![back], Instant::now());
         assert_eq!(s.probe_error("ns", "c1"), None);
-        match s.control_plane("ns", "kcp", Instant::now()).expect("cp").etcd {
+        match s
+            .control_plane("ns", "kcp", Instant::now())
+            .expect("cp")
+            .etcd
+        {
             EtcdState::Observed(snap) => assert_eq!(snap.members[0].health, Health::Healthy),
             other => panic!("{other:?}"),
         }

@@ -3,6 +3,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod etcd;
+pub mod guard;
 pub mod https;
 pub mod kit;
 pub mod reviews;
