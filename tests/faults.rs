@@ -202,6 +202,13 @@ impl Guard {
             .expect("replicas");
     }
 
+    /// Ends `load` (every review answered in time) and stops the guard.
+    async fn stop(self, load: Load, during: &str) {
+        let (sent, slowest) = load.finish().await;
+        println!("{sent} reviews {during}, slowest answer {slowest:?}");
+        self.running.shutdown().await;
+    }
+
     /// A client sending reviews every 50 ms until [`Load::finish`].
     fn load(&self) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
@@ -343,9 +350,7 @@ async fn member_frozen_killed_restarted_removed_during_sweeps() {
     // Two voting members, both healthy: a human still may not go below the replicas.
     g.wait_verdict(0, JANE, false, "BelowDesiredReplicas").await;
 
-    let (sent, slowest) = load.finish().await;
-    println!("{sent} reviews during member faults, slowest answer {slowest:?}");
-    g.running.shutdown().await;
+    g.stop(load, "during member faults").await;
 }
 
 /// Every member unreachable: the guard does not decide on its last snapshot, says so in the
@@ -424,9 +429,7 @@ async fn all_members_unreachable_is_health_unknown_until_they_answer() {
     g.wait_verdict(0, KCP_CONTROLLER, true, "QuorumSafe").await;
     g.wait_verdict(0, JANE, false, "BelowDesiredReplicas").await;
 
-    let (sent, slowest) = load.finish().await;
-    println!("{sent} reviews while etcd was unreachable, slowest answer {slowest:?}");
-    g.running.shutdown().await;
+    g.stop(load, "while etcd was unreachable").await;
 }
 
 /// The API-server stand-in failing: 500 and 409 on status writes, slow answers, slower than the
@@ -498,9 +501,7 @@ async fn apiserver_errors_slowness_and_dropped_watches() {
     })
     .await;
 
-    let (sent, slowest) = load.finish().await;
-    println!("{sent} reviews during API server faults, slowest answer {slowest:?}");
-    g.running.shutdown().await;
+    g.stop(load, "during API server faults").await;
 }
 
 /// The Lease taken by another holder between the publisher's read of the KCP and its write:
@@ -558,7 +559,5 @@ async fn lease_lost_between_read_and_write() {
     g.etcd.thaw(2);
     g.wait_published("Healthy", Some("None")).await;
 
-    let (sent, slowest) = load.finish().await;
-    println!("{sent} reviews while the Lease changed hands, slowest answer {slowest:?}");
-    g.running.shutdown().await;
+    g.stop(load, "while the Lease changed hands").await;
 }
