@@ -12,8 +12,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumguard::engine::Policy;
-use quorumguard::etcd::{TransportKind, sweep::SweepConfig};
 use quorumguard::lease::LeaseConfig;
 use quorumguard::server::{self, Running, ServeConfig, StatusConfig};
 use quorumguard::status::publish::PublishConfig;
@@ -33,26 +31,7 @@ fn status_path() -> String {
 }
 
 fn config(pki: &TestPki, status: StatusConfig) -> ServeConfig {
-    ServeConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        admin_listen: "127.0.0.1:0".parse().expect("addr"),
-        tls_cert: pki.cert_file.clone(),
-        tls_key: pki.key_file.clone(),
-        tls_reload_interval: Duration::from_secs(1),
-        policy: Policy::default(),
-        reservation_ttl: Duration::from_millis(300),
-        shutdown_delay: Duration::from_millis(10),
-        shutdown_grace: Duration::from_secs(1),
-        pod_name: None,
-        events: false,
-        sweep: Some(SweepConfig {
-            interval: INTERVAL,
-            deadline: Duration::from_secs(1),
-            concurrency: 4,
-            transport: TransportKind::Direct,
-        }),
-        status: Some(status),
-    }
+    support::guard::serve_config(pki, INTERVAL, Duration::from_millis(300), Some(status))
 }
 
 /// KCP conditions of KCP's own, as its controller writes them.

@@ -681,6 +681,18 @@ fn judge_delete_quorum(
 }
 
 /// The membership left after removing `removed` (worst case: the pessimistic view).
+/// The voting members of Machines being deleted, tallied.
+fn leaving_tally(cp: &ControlPlane, stale: bool) -> Tally {
+    Tally::of(
+        cp.machines
+            .iter()
+            .filter(|m| m.deleting)
+            .filter_map(|m| cp.member_of(m))
+            .filter(|x| !x.is_learner),
+        stale,
+    )
+}
+
 fn minus(before: Tally, removed: Tally) -> Tally {
     Tally {
         healthy: before.healthy.saturating_sub(removed.healthy),
@@ -838,11 +850,10 @@ fn judge_scale_down(
         removed_names.push(m.name.clone());
     }
     // Members of Machines already being deleted leave as well.
-    for m in cp.machines.iter().filter(|m| m.deleting) {
-        if let Some(x) = cp.member_of(m).filter(|x| !x.is_learner) {
-            removed.add(&quorum::effective(x, stale));
-        }
-    }
+    let leaving = leaving_tally(cp, stale);
+    removed.healthy += leaving.healthy;
+    removed.unhealthy += leaving.unhealthy;
+    removed.unknown += leaving.unknown;
     let after = minus(before, removed);
     let figures = Figures::new(before, after);
     let problems = not_healthy_list(cp, stale);
@@ -923,6 +934,45 @@ fn judge_scale_up(
             ),
         )
         .with_figures(figures);
+    }
+    // Members of Machines already being deleted may leave before the new member joins (KCP
+    // waits for deletions to finish before it scales): the addition must also be safe after
+    // the healthy (or unknown) ones among them have gone, the worst order. Unhealthy ones
+    // leaving only help, and a single member left may still grow, as below.
+    let leaving = leaving_tally(cp, stale);
+    let worst = minus(
+        before,
+        Tally {
+            unhealthy: 0,
+            ..leaving
+        },
+    );
+    let after_leaving = quorum::addition(worst);
+    if after_leaving != Safety::Safe
+        && !(worst.voting() == 1 && worst.healthy == 1)
+        && quorum::addition(before) == Safety::Safe
+    {
+        let figures = Figures::new(
+            worst,
+            Tally {
+                unhealthy: worst.unhealthy + 1,
+                ..worst
+            },
+        );
+        let detail = format!(
+            "{what} could lose etcd quorum while the first new member joins: once the members of the Machines being deleted ({} healthy, {} unknown) have left, {}.{problems}",
+            leaving.healthy,
+            leaving.unknown,
+            figures.sentence()
+        );
+        return match after_leaving {
+            Safety::Unknown => unknown_health(&what, &detail, requester, policy, Some(figures)),
+            _ => Judgement::deny(
+                Reason::ScaleUpWouldLoseQuorum,
+                format!("{detail} Wait for those deletions to finish, then scale."),
+            )
+            .with_figures(figures),
+        };
     }
     if before.voting() == 1 && before.healthy == 1 {
         let mut j = Judgement::allow(

@@ -537,6 +537,12 @@ impl ApiServer {
         lock(&self.shared.faults).push(fault);
     }
 
+    /// Ends every fault added with [`Self::fail_next`] or [`Self::delay_next`] that has not run
+    /// out: a test's outage ends when it says so, not when a count is used up.
+    pub fn clear_faults(&self) {
+        lock(&self.shared.faults).clear();
+    }
+
     /// Latency added to every request from now on.
     pub fn set_latency(&self, latency: Duration) {
         *lock(&self.shared.latency) = latency;

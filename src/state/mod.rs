@@ -172,6 +172,8 @@ pub struct ProbeTarget {
 pub struct HealthEntry {
     pub members: Vec<Member>,
     pub taken: Instant,
+    /// `taken` as Unix seconds, for messages that name the time of the last successful probe.
+    pub taken_unix: i64,
 }
 
 /// What a review reads. Shared by the watch tasks (writers) and the webhook (reader).
@@ -262,6 +264,9 @@ impl ClusterState {
     /// Records a probe of the etcd of Cluster `namespace/name`.
     pub fn set_health(&self, namespace: &str, cluster: &str, members: Vec<Member>, taken: Instant) {
         let key = (namespace.to_string(), cluster.to_string());
+        let ago = i64::try_from(Instant::now().saturating_duration_since(taken).as_secs())
+            .unwrap_or(i64::MAX);
+        let taken_unix = crate::unix_now().saturating_sub(ago);
         self.probe_errors
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -269,11 +274,19 @@ impl ClusterState {
         self.health
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key, HealthEntry { members, taken });
+            .insert(
+                key,
+                HealthEntry {
+                    members,
+                    taken,
+                    taken_unix,
+                },
+            );
     }
 
-    /// Records that a probe of Cluster `namespace/name` failed; the last good snapshot stays
-    /// (and ages), so decisions turn to HealthUnknown once it is stale.
+    /// Records that a probe of Cluster `namespace/name` failed. The last good snapshot stays for
+    /// its member list, but from now until a probe succeeds its health counts as unknown (see
+    /// [`ClusterState::control_plane`]): etcd may have changed since, unseen.
     pub fn set_probe_error(&self, namespace: &str, cluster: &str, error: String) {
         self.probe_errors
             .write()
@@ -298,13 +311,29 @@ impl ClusterState {
             .copied()
     }
 
-    /// Why the latest probe of Cluster `namespace/name` failed, if it did.
+    /// Why the latest probe of Cluster `namespace/name` failed, if it did, with the time of the
+    /// last successful probe when there was one: whoever reads the last observed members must
+    /// be able to tell how old they are.
     pub fn probe_error(&self, namespace: &str, cluster: &str) -> Option<String> {
-        self.probe_errors
+        let key = (namespace.to_string(), cluster.to_string());
+        let error = self
+            .probe_errors
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&(namespace.to_string(), cluster.to_string()))
-            .cloned()
+            .get(&key)
+            .cloned()?;
+        let last = self
+            .health
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .map(|h| h.taken_unix);
+        Some(
+            match last.and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t).ok()) {
+                Some(t) => format!("{error} (last successful probe at {t})"),
+                None => error,
+            },
+        )
     }
 
     /// `metadata.generation` of KCP `namespace/name` as cached.
@@ -317,24 +346,35 @@ impl ClusterState {
 
     fn etcd_state(&self, namespace: &str, cluster: &str, now: Instant) -> EtcdState {
         let key = (namespace.to_string(), cluster.to_string());
+        let failed = self
+            .probe_errors
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
         if let Some(h) = self
             .health
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
         {
+            let mut members = h.members.clone();
+            if failed.is_some() {
+                // The latest probe failed: the members are the last ones seen, but nothing is
+                // known of their health now. Decisions and next actions must not take the last
+                // snapshot's health (or alarms, or leader) as current until a probe succeeds.
+                for m in &mut members {
+                    m.health = crate::engine::Health::Unknown;
+                    m.alarms.clear();
+                    m.is_leader = false;
+                }
+            }
             return EtcdState::Observed(EtcdSnapshot {
-                members: h.members.clone(),
+                members,
                 age: Some(now.saturating_duration_since(h.taken)),
             });
         }
-        let reason = self
-            .probe_errors
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned()
-            .unwrap_or_else(|| "no etcd probe of this cluster yet".to_string());
+        let reason = failed.unwrap_or_else(|| "no etcd probe of this cluster yet".to_string());
         EtcdState::Unknown { reason }
     }
 
@@ -566,6 +606,51 @@ mod tests {
                 assert_eq!(snap.members.len(), 1);
                 assert_eq!(snap.age, Some(std::time::Duration::ZERO));
             }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_failed_probe_makes_the_last_snapshot_health_unknown() {
+        use crate::engine::{Alarm, Health};
+        let s = synced_state();
+        let mut m = Member::new(1, "m1");
+        m.health = Health::Healthy;
+        m.is_leader = true;
+        let mut full = Member::new(2, "m2");
+        full.health = Health::Healthy;
+        full.alarms.push(Alarm::NoSpace);
+        let taken = Instant::now();
+        s.set_health("ns", "c1", vec![m, full], taken);
+        assert_eq!(s.probe_error("ns", "c1"), None);
+        s.set_probe_error("ns", "c1", "no answer within 1s".into());
+        let error = s.probe_error("ns", "c1").expect("error");
+        assert!(
+            error.starts_with("no answer within 1s (last successful probe at 20"),
+            "{error}"
+        );
+        match s.control_plane("ns", "kcp", taken).expect("cp").etcd {
+            EtcdState::Observed(snap) => {
+                let ids: Vec<u64> = snap.members.iter().map(|m| m.id.0).collect();
+                assert_eq!(ids, [1, 2], "the member list stays");
+                for m in &snap.members {
+                    assert_eq!(m.health, Health::Unknown, "{m:?}");
+                    assert!(m.alarms.is_empty() && !m.is_leader, "{m:?}");
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+        // The next good probe is taken as it is.
+        let mut back = Member::new(1, "m1");
+        back.health = Health::Healthy;
+        s.set_health("ns", "c1", vec![back], Instant::now());
+        assert_eq!(s.probe_error("ns", "c1"), None);
+        match s
+            .control_plane("ns", "kcp", Instant::now())
+            .expect("cp")
+            .etcd
+        {
+            EtcdState::Observed(snap) => assert_eq!(snap.members[0].health, Health::Healthy),
             other => panic!("{other:?}"),
         }
     }

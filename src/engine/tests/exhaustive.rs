@@ -421,6 +421,11 @@ fn check_state(
         .filter(|m| !m.deleting)
         .map(|m| m.name.as_str())
         .collect();
+    // A scale-up must also hold once the healthy and unknown members of the Machines being
+    // deleted have left (the worst order); from a single member left it may still grow.
+    let worst = [all[0] - pending[0], all[1], all[2] - pending[2]];
+    let worst_v = v_count - pending[0] - pending[2];
+    let leaving_single = worst_v == 1 && worst[0] == 1;
     for to in [1u32, 3, 5, 7] {
         if to == replicas {
             continue;
@@ -464,14 +469,22 @@ fn check_state(
                     );
                 }
             }
-            (true, Reason::ScaleUpSafe) => assert!(all[0] >= quorum(v_count + 1), "{}", ctx()),
+            (true, Reason::ScaleUpSafe) => {
+                assert!(all[0] >= quorum(v_count + 1), "{}", ctx());
+                assert!(
+                    leaving_single || worst[0] >= quorum(worst_v + 1),
+                    "once the pending deletions' members left: {}",
+                    ctx()
+                );
+            }
             (true, Reason::SingleMemberScaleUp) => {
                 assert!(v_count == 1 && all[0] == 1, "{}", ctx())
             }
             (true, other) => panic!("unexpected allow {other} for scale: {}", ctx()),
             (false, Reason::ScaleUpWouldLoseQuorum) => {
                 assert!(
-                    all[0] + all[2] < quorum(v_count + 1),
+                    all[0] + all[2] < quorum(v_count + 1)
+                        || (!leaving_single && worst[0] + worst[2] < quorum(worst_v + 1)),
                     "{} {}",
                     ctx(),
                     j.message

@@ -462,6 +462,35 @@ fn replica_change_table() {
     // 3 -> 5 with one down: the first new member makes quorum 3 of 4 with 2 healthy.
     let c = cp(3, &[("a", healthy()), ("b", healthy()), ("c", down())]);
     assert_verdict(&scale(&c, 5), false, Reason::ScaleUpWouldLoseQuorum);
+    // 4 -> 5 with one down: 3 healthy >= quorum(5) = 3; but while the Machine of a healthy
+    // member is being deleted, once it has gone the new member makes 2 healthy of 4.
+    let mut c = cp(
+        4,
+        &[
+            ("a", healthy()),
+            ("b", healthy()),
+            ("c", healthy()),
+            ("d", down()),
+        ],
+    );
+    assert_verdict(&scale(&c, 5), true, Reason::ScaleUpSafe);
+    machine_mut(&mut c, "a").deleting = true;
+    let v = scale(&c, 5);
+    assert_verdict(&v, false, Reason::ScaleUpWouldLoseQuorum);
+    assert!(
+        v.message.contains("Machines being deleted"),
+        "{}",
+        v.message
+    );
+    // The down member's Machine being deleted instead: it leaving only helps.
+    machine_mut(&mut c, "a").deleting = false;
+    machine_mut(&mut c, "d").deleting = true;
+    assert_verdict(&scale(&c, 5), true, Reason::ScaleUpSafe);
+    // Two of three healthy being deleted: one member is left, which may still grow.
+    let mut c = three_healthy();
+    machine_mut(&mut c, "a").deleting = true;
+    machine_mut(&mut c, "b").deleting = true;
+    assert_verdict(&scale(&c, 5), true, Reason::ScaleUpSafe);
     // 3 -> 5 healthy: 3 healthy >= quorum(4) = 3.
     assert_verdict(&scale(&three_healthy(), 5), true, Reason::ScaleUpSafe);
     // 1 -> 3: a single member can only grow this way.
