@@ -112,7 +112,7 @@ pub enum Outcome {
     Unchanged,
     /// This replica does not hold the Lease (or lost it before writing).
     NotLeader,
-    /// The caches have not synced, or the KCP is gone.
+    /// The caches have not synced, the KCP is gone, or its etcd has not been probed yet.
     NotReady,
     /// 32 conditions already and ours are not among them.
     NoRoom,
@@ -243,6 +243,10 @@ impl Publisher {
             Ok(cp) => cp,
             Err(Lookup::NotSynced | Lookup::NoSuchKcp) => return Ok(Outcome::NotReady),
         };
+        if self.state.awaits_first_probe(namespace, name) {
+            // Not probed yet is not a failure: publish after the first probe, not ProbeFailed.
+            return Ok(Outcome::NotReady);
+        }
         let probe_error = self.state.probe_error(namespace, &cp.cluster.name);
         let generation = self.state.kcp_generation(namespace, name);
         let now_unix = crate::unix_now();
