@@ -494,10 +494,14 @@ pub async fn enrich(
     loop {
         let started = Instant::now();
         sweep_once(&client, &state, &sweep, &probers).await;
+        let swept = started.elapsed();
         metrics.observe_sweep(&figures(&state));
+        let mut published = None;
         if let Some(p) = &publisher {
             metrics.set_leader(p.leadership().is_leader());
+            let publish_started = Instant::now();
             let s = p.publish_all().await;
+            published = Some(publish_started.elapsed());
             if s != Summary::default() {
                 tracing::debug!(
                     written = s.written,
@@ -508,6 +512,7 @@ pub async fn enrich(
                 );
             }
         }
+        metrics.observe_cycle(swept, published);
         let rest = sweep.interval.saturating_sub(started.elapsed());
         let woke = {
             let leader_changed = async {
