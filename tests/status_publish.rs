@@ -34,6 +34,21 @@ fn config(pki: &TestPki, status: StatusConfig) -> ServeConfig {
     support::guard::serve_config(pki, INTERVAL, Duration::from_millis(300), Some(status))
 }
 
+/// `serve` sweeping and publishing without a Lease; volatile figures are not re-published within
+/// a test.
+async fn start_publishing(api: &ApiServer, pki: &TestPki) -> Running {
+    let status = StatusConfig {
+        publish: PublishConfig {
+            refresh: Duration::from_secs(3600),
+            ..PublishConfig::default()
+        },
+        lease: None,
+    };
+    server::start(config(pki, status), api.client().expect("client"))
+        .await
+        .expect("start")
+}
+
 /// KCP conditions of KCP's own, as its controller writes them.
 fn kcp_own_conditions() -> Value {
     json!([
@@ -94,16 +109,7 @@ async fn publishes_member_table_and_next_action() {
 
     let dir = TempDir::new("publish");
     let pki = TestPki::new(dir.path());
-    let status = StatusConfig {
-        publish: PublishConfig {
-            refresh: Duration::from_secs(3600),
-            ..PublishConfig::default()
-        },
-        lease: None,
-    };
-    let running = server::start(config(&pki, status), api.client().expect("client"))
-        .await
-        .expect("start");
+    let running = start_publishing(&api, &pki).await;
 
     wait_for("EtcdQuorum Healthy", Duration::from_secs(20), || {
         reason(&api, "quorumguard.io/EtcdQuorum").as_deref() == Some("Healthy")
@@ -561,4 +567,70 @@ async fn membership_changes_reach_the_published_next_action() {
 
 fn seed_machine_resource() -> kube::api::ApiResource {
     support::apiserver::machine_resource()
+}
+
+/// A cluster that reaches the caches while a sweep is under way (at startup, or newly created)
+/// is not probed by that sweep. The writer publishes nothing for it until its first probe:
+/// "no etcd probe yet" is not ProbeFailed. Its first and only write is the Healthy one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_not_yet_probed_gets_no_probe_failed() {
+    let etcd = EtcdCluster::start(1);
+    let api = ApiServer::start().await.expect("stand-in");
+    // One member, so one replica: the published reason is NoFaultTolerance, as it should be.
+    let one_replica = |k: &mut Value| k["spec"]["replicas"] = json!(1);
+    let members = seed::control_plane(&api, &etcd, seed::direct_to(&etcd), one_replica);
+    let dir = TempDir::new("first-probe");
+    let pki = TestPki::new(dir.path());
+    let running = start_publishing(&api, &pki).await;
+    wait_for("cluster test published", Duration::from_secs(20), || {
+        reason(&api, "quorumguard.io/EtcdQuorum").is_some()
+    })
+    .await;
+    let expected = reason(&api, "quorumguard.io/EtcdQuorum");
+    assert_ne!(expected.as_deref(), Some("ProbeFailed"));
+
+    // Hold the next sweep on cluster `test`'s CA Secret, and create cluster `late` (on the same
+    // etcd) meanwhile: the sweep took its targets before `late` existed, the publication after
+    // it sees `late`'s KCP.
+    let secret = format!("/api/v1/namespaces/{NS}/secrets/test-etcd");
+    let reads = api.request_count("get", &secret);
+    api.delay_next(Some("get"), &secret, 1, Duration::from_millis(1500));
+    wait_for("the held sweep", Duration::from_secs(5), || {
+        api.request_count("get", &secret) > reads
+    })
+    .await;
+    seed::cluster(
+        &api,
+        NS,
+        "late",
+        seed::direct_to(&etcd),
+        &members,
+        Some(&etcd.pki),
+        one_replica,
+    );
+    let late = format!(
+        "/apis/controlplane.cluster.x-k8s.io/v1beta2/namespaces/{NS}/kubeadmcontrolplanes/late-controlplane/status"
+    );
+    let late_quorum = || {
+        api.get(&kcp_resource(), NS, "late-controlplane")
+            .and_then(|k| condition(&k, "quorumguard.io/EtcdQuorum"))
+            .and_then(|c| c["reason"].as_str().map(str::to_string))
+    };
+    wait_for("late's first publication", Duration::from_secs(10), || {
+        late_quorum().is_some()
+    })
+    .await;
+    assert_eq!(
+        late_quorum(),
+        expected,
+        "late's first publication follows a probe"
+    );
+    tokio::time::sleep(INTERVAL * 2).await;
+    let writes = api
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "update" && r.path == late)
+        .count();
+    assert_eq!(writes, 1, "one write, after the first probe of `late`");
+    running.shutdown().await;
 }

@@ -117,13 +117,18 @@ impl Report {
 
     /// The latency at quantile `q` (0..=1), in milliseconds.
     pub fn quantile_ms(&self, q: f64) -> f64 {
-        if self.latencies.is_empty() {
-            return f64::NAN;
-        }
-        let rank =
-            ((q * self.latencies.len() as f64).ceil() as usize).clamp(1, self.latencies.len());
-        self.latencies[rank - 1] as f64 / 1e6
+        quantile_ms(&self.latencies, q)
     }
+}
+
+/// The value at quantile `q` (0..=1) of `sorted` latencies in ns, in milliseconds (NaN when
+/// empty).
+pub fn quantile_ms(sorted: &[u64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1] as f64 / 1e6
 }
 
 /// One review of the mix: where it goes, its body, and the uid the answer must echo.
@@ -276,73 +281,7 @@ impl Servers {
             Target::Floor => self.floor,
             Target::Quorumguard => self.quorumguard,
         };
-        let mut senders = Vec::new();
-        for _ in 0..opts.connections.max(1) {
-            senders.push(h2_connection(addr, &self.pki).await?);
-        }
-        let mix = Arc::new(mix());
-        let rss_rest_kib = rss_kib();
-        let start = Instant::now();
-        let measure_from = start + opts.warmup;
-        let end = measure_from + opts.duration;
-        let sampler = tokio::spawn(async move {
-            let mut peak = 0;
-            tokio::time::sleep_until(measure_from.into()).await;
-            let cpu_from = (cpu_ns("servers"), cpu_ns("load"));
-            while Instant::now() < end {
-                peak = peak.max(rss_kib());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            let cpu = (
-                cpu_ns("servers").saturating_sub(cpu_from.0),
-                cpu_ns("load").saturating_sub(cpu_from.1),
-            );
-            (peak.max(rss_kib()), cpu)
-        });
-        let mut workers = Vec::new();
-        for w in 0..opts.concurrency.max(1) {
-            let sender = senders[w % senders.len()].clone();
-            let mix = mix.clone();
-            workers.push(tokio::spawn(worker(
-                w,
-                sender,
-                mix,
-                target,
-                measure_from,
-                end,
-            )));
-        }
-        let mut report = Report {
-            target,
-            requests: 0,
-            seconds: opts.duration.as_secs_f64(),
-            errors: 0,
-            first_error: None,
-            verdicts: BTreeMap::new(),
-            latencies: Vec::new(),
-            rss_rest_kib,
-            rss_peak_kib: 0,
-            server_cpu_ns: 0,
-            client_cpu_ns: 0,
-        };
-        for w in workers {
-            let tally = w.await?;
-            report.requests += tally.latencies.len() as u64;
-            report.errors += tally.errors;
-            if report.first_error.is_none() {
-                report.first_error = tally.first_error;
-            }
-            for (k, v) in tally.verdicts {
-                *report.verdicts.entry(k).or_default() += v;
-            }
-            report.latencies.extend(tally.latencies);
-        }
-        report.latencies.sort_unstable();
-        let (peak, (server_cpu, client_cpu)) = sampler.await?;
-        report.rss_peak_kib = peak;
-        report.server_cpu_ns = server_cpu;
-        report.client_cpu_ns = client_cpu;
-        Ok(report)
+        drive_at(addr, &self.pki, target, opts).await
     }
 
     /// Stops both servers.
@@ -355,6 +294,84 @@ impl Servers {
             r.shutdown().await;
         }
     }
+}
+
+/// Drives the server at `addr` (serving a certificate of `pki`) with the mix: connections
+/// first, then `opts.warmup` unmeasured and `opts.duration` measured. Quorumguard's answers must
+/// echo each review's uid. The RSS and CPU figures are this process's (see [`Report`]).
+pub async fn drive_at(
+    addr: SocketAddr,
+    pki: &TestPki,
+    target: Target,
+    opts: &Options,
+) -> Result<Report> {
+    let mut senders = Vec::new();
+    for _ in 0..opts.connections.max(1) {
+        senders.push(h2_connection(addr, pki).await?);
+    }
+    let mix = Arc::new(mix());
+    let rss_rest_kib = rss_kib();
+    let start = Instant::now();
+    let measure_from = start + opts.warmup;
+    let end = measure_from + opts.duration;
+    let sampler = tokio::spawn(async move {
+        let mut peak = 0;
+        tokio::time::sleep_until(measure_from.into()).await;
+        let cpu_from = (cpu_ns("servers"), cpu_ns("load"));
+        while Instant::now() < end {
+            peak = peak.max(rss_kib());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let cpu = (
+            cpu_ns("servers").saturating_sub(cpu_from.0),
+            cpu_ns("load").saturating_sub(cpu_from.1),
+        );
+        (peak.max(rss_kib()), cpu)
+    });
+    let mut workers = Vec::new();
+    for w in 0..opts.concurrency.max(1) {
+        let sender = senders[w % senders.len()].clone();
+        let mix = mix.clone();
+        workers.push(tokio::spawn(worker(
+            w,
+            sender,
+            mix,
+            target,
+            measure_from,
+            end,
+        )));
+    }
+    let mut report = Report {
+        target,
+        requests: 0,
+        seconds: opts.duration.as_secs_f64(),
+        errors: 0,
+        first_error: None,
+        verdicts: BTreeMap::new(),
+        latencies: Vec::new(),
+        rss_rest_kib,
+        rss_peak_kib: 0,
+        server_cpu_ns: 0,
+        client_cpu_ns: 0,
+    };
+    for w in workers {
+        let tally = w.await?;
+        report.requests += tally.latencies.len() as u64;
+        report.errors += tally.errors;
+        if report.first_error.is_none() {
+            report.first_error = tally.first_error;
+        }
+        for (k, v) in tally.verdicts {
+            *report.verdicts.entry(k).or_default() += v;
+        }
+        report.latencies.extend(tally.latencies);
+    }
+    report.latencies.sort_unstable();
+    let (peak, (server_cpu, client_cpu)) = sampler.await?;
+    report.rss_peak_kib = peak;
+    report.server_cpu_ns = server_cpu;
+    report.client_cpu_ns = client_cpu;
+    Ok(report)
 }
 
 /// The floor's answer: an allowed review, fixed.
@@ -660,21 +677,28 @@ pub fn options_from(args: &[String]) -> Result<Options> {
             set(key, &v, &mut opts)?;
         }
     }
+    for (key, value) in flags(args, &["bench", "smoke"])? {
+        // `--log` is read by the bench's main.
+        if key != "log" {
+            set(key, &value, &mut opts)?;
+        }
+    }
+    Ok(opts)
+}
+
+/// The `--key value` and `--key=value` pairs of a bench's command line, without the `switches`
+/// (flags without a value; cargo bench appends `--bench`). Other words are skipped.
+pub fn flags<'a>(args: &'a [String], switches: &[&str]) -> Result<Vec<(&'a str, String)>> {
+    let mut out = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        // cargo bench appends --bench; criterion-style filters are not used here.
         let Some(key) = a.strip_prefix("--") else {
             continue;
         };
-        if matches!(key, "bench" | "smoke") {
+        if switches.contains(&key) {
             continue;
         }
-        if key == "log" {
-            // Read by the bench's main.
-            it.next();
-            continue;
-        }
-        let (key, value) = match key.split_once('=') {
+        out.push(match key.split_once('=') {
             Some((k, v)) => (k, v.to_string()),
             None => (
                 key,
@@ -682,10 +706,9 @@ pub fn options_from(args: &[String]) -> Result<Options> {
                     .cloned()
                     .ok_or_else(|| anyhow!("--{key} needs a value"))?,
             ),
-        };
-        set(key, &value, &mut opts)?;
+        });
     }
-    Ok(opts)
+    Ok(out)
 }
 
 /// A run short enough for CI: it shows the generator and both servers work, nothing more.

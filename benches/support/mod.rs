@@ -1,12 +1,20 @@
-//! Shared by the benchmarks, and by the load generator's smoke test (tests/webhook_load.rs, which
-//! includes this directory by path). Each user takes part of it, so unused items are expected.
-#![allow(dead_code)]
+//! Shared by the benchmarks, and by their smoke tests (tests/webhook_load.rs, tests/scale.rs,
+//! which include this directory by path). Each user takes part of it, so unused items are expected.
+#![allow(dead_code, unused_imports)]
 
+#[path = "../../tests/support/etcd.rs"]
+pub mod etcd;
 #[path = "../../tests/support/https.rs"]
 pub mod https;
 pub mod load;
 #[path = "../../tests/support/reviews.rs"]
 pub mod reviews;
+pub mod scale;
+#[path = "../../tests/support/seed.rs"]
+pub mod seed;
+
+/// The API-server stand-in lives in the library (the playground serves it).
+pub use quorumguard::playground::apiserver;
 
 use serde_json::{Value, json};
 

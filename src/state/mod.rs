@@ -135,6 +135,18 @@ impl Index {
         }
     }
 
+    /// The Cluster of KCP `key`: its cluster-name label, else that of one of its Machines.
+    fn cluster_of(&self, key: &Key, k: &CapiKcp) -> Option<String> {
+        k.cluster_name.clone().or_else(|| {
+            self.by_kcp
+                .get(key)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| self.machines.get(&(key.0.clone(), m.clone())))
+                .find_map(|m| m.cluster_name.clone())
+        })
+    }
+
     fn replace_all(&mut self, kind: Kind, objects: Vec<Object>) {
         match kind {
             Kind::Cluster => self.clusters.clear(),
@@ -336,6 +348,39 @@ impl ClusterState {
         )
     }
 
+    /// Whether KCP `namespace/name` has stacked etcd in a known Cluster that this replica has
+    /// not probed yet (neither a snapshot nor an error recorded). Its etcd state reads "no etcd
+    /// probe of this cluster yet", which is no failure: it only means the KCP reached the caches
+    /// after the sweep in progress took its targets (at startup, or a new cluster), and the status
+    /// writer waits for the next sweep rather than publish ProbeFailed.
+    pub fn awaits_first_probe(&self, namespace: &str, name: &str) -> bool {
+        let key = (namespace.to_string(), name.to_string());
+        let cluster = {
+            let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+            let Some(k) = idx.kcps.get(&key) else {
+                return false;
+            };
+            if k.kcp.etcd != crate::engine::EtcdTopology::Stacked {
+                return false;
+            }
+            match idx.cluster_of(&key, k) {
+                Some(c) => (namespace.to_string(), c),
+                None => return false,
+            }
+        };
+        let probed = self
+            .health
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&cluster)
+            || self
+                .probe_errors
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains_key(&cluster);
+        !probed
+    }
+
     /// `metadata.generation` of KCP `namespace/name` as cached.
     pub fn kcp_generation(&self, namespace: &str, name: &str) -> Option<i64> {
         let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
@@ -402,14 +447,7 @@ impl ClusterState {
             .filter_map(|m| idx.machines.get(&(namespace.to_string(), m.clone())))
             .map(|m| m.machine.clone())
             .collect();
-        let cluster_name = k.cluster_name.clone().or_else(|| {
-            idx.by_kcp
-                .get(&key)
-                .into_iter()
-                .flatten()
-                .filter_map(|m| idx.machines.get(&(namespace.to_string(), m.clone())))
-                .find_map(|m| m.cluster_name.clone())
-        });
+        let cluster_name = idx.cluster_of(&key, k);
         let cluster = match &cluster_name {
             Some(name) => idx
                 .clusters
@@ -457,11 +495,7 @@ impl ClusterState {
                 .flatten()
                 .filter_map(|m| idx.machines.get(&(key.0.clone(), m.clone())))
                 .collect();
-            let Some(cluster) = k
-                .cluster_name
-                .clone()
-                .or_else(|| machines.iter().find_map(|m| m.cluster_name.clone()))
-            else {
+            let Some(cluster) = idx.cluster_of(key, k) else {
                 continue;
             };
             let ckey = (key.0.clone(), cluster.clone());

@@ -91,6 +91,8 @@ pub struct ClusterFigures {
 pub struct EnricherMetrics {
     probe_duration: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
     probe_seconds: Histogram,
+    sweep_seconds: Histogram,
+    publish_seconds: Histogram,
     probe_failures: Family<ClusterLabels, Counter>,
     members: Family<MemberLabels, Gauge>,
     margin: Family<ClusterLabels, Gauge>,
@@ -100,6 +102,9 @@ pub struct EnricherMetrics {
     seen: Mutex<BTreeSet<(String, String)>>,
 }
 
+/// Sweeps and publications of a whole fleet: 0.1 s to 2 min.
+const CYCLE_BUCKETS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0];
+
 const MEMBER_STATES: [&str; 4] = ["healthy", "unhealthy", "unknown", "learner"];
 
 impl EnricherMetrics {
@@ -108,6 +113,8 @@ impl EnricherMetrics {
         let m = EnricherMetrics {
             probe_duration: Family::default(),
             probe_seconds: Histogram::new(DURATION_BUCKETS),
+            sweep_seconds: Histogram::new(CYCLE_BUCKETS),
+            publish_seconds: Histogram::new(CYCLE_BUCKETS),
             probe_failures: Family::default(),
             members: Family::default(),
             margin: Family::default(),
@@ -131,6 +138,19 @@ impl EnricherMetrics {
                 "Durations of etcd probes, all clusters",
                 Unit::Seconds,
                 m.probe_seconds.clone(),
+            );
+            reg.register_with_unit(
+                "sweep",
+                "Durations of whole sweeps (every cluster probed), each recorded once its \
+                 publication is over: a sweep near --probe-interval means the fleet outgrows it",
+                Unit::Seconds,
+                m.sweep_seconds.clone(),
+            );
+            reg.register_with_unit(
+                "status_publish",
+                "Durations of the KCP status publication that follows each sweep",
+                Unit::Seconds,
+                m.publish_seconds.clone(),
             );
             reg.register(
                 "etcd_probe_failures",
@@ -166,6 +186,15 @@ impl EnricherMetrics {
             );
         });
         m
+    }
+
+    /// Records one enricher cycle: how long its sweep took and, when this replica publishes, its
+    /// publication.
+    pub fn observe_cycle(&self, sweep: Duration, publish: Option<Duration>) {
+        self.sweep_seconds.observe(sweep.as_secs_f64());
+        if let Some(p) = publish {
+            self.publish_seconds.observe(p.as_secs_f64());
+        }
     }
 
     /// Records the figures of every cluster after a sweep; clusters no longer present lose their

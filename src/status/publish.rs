@@ -112,7 +112,7 @@ pub enum Outcome {
     Unchanged,
     /// This replica does not hold the Lease (or lost it before writing).
     NotLeader,
-    /// The caches have not synced, or the KCP is gone.
+    /// The caches have not synced, the KCP is gone, or its etcd has not been probed yet.
     NotReady,
     /// 32 conditions already and ours are not among them.
     NoRoom,
@@ -243,6 +243,10 @@ impl Publisher {
             Ok(cp) => cp,
             Err(Lookup::NotSynced | Lookup::NoSuchKcp) => return Ok(Outcome::NotReady),
         };
+        if self.state.awaits_first_probe(namespace, name) {
+            // Not probed yet is not a failure: publish after the first probe, not ProbeFailed.
+            return Ok(Outcome::NotReady);
+        }
         let probe_error = self.state.probe_error(namespace, &cp.cluster.name);
         let generation = self.state.kcp_generation(namespace, name);
         let now_unix = crate::unix_now();
@@ -490,10 +494,14 @@ pub async fn enrich(
     loop {
         let started = Instant::now();
         sweep_once(&client, &state, &sweep, &probers).await;
+        let swept = started.elapsed();
         metrics.observe_sweep(&figures(&state));
+        let mut published = None;
         if let Some(p) = &publisher {
             metrics.set_leader(p.leadership().is_leader());
+            let publish_started = Instant::now();
             let s = p.publish_all().await;
+            published = Some(publish_started.elapsed());
             if s != Summary::default() {
                 tracing::debug!(
                     written = s.written,
@@ -504,6 +512,7 @@ pub async fn enrich(
                 );
             }
         }
+        metrics.observe_cycle(swept, published);
         let rest = sweep.interval.saturating_sub(started.elapsed());
         let woke = {
             let leader_changed = async {

@@ -1,0 +1,50 @@
+//! The scale benchmark's machinery (`cargo bench --bench scale`) at smoke size: 5 KCPs on one
+//! single-member etcd, `quorumguard serve` as a child process. Functional facts only, no timing:
+//! every KCP gets both conditions (from a probe: no ProbeFailed), a steady cycle writes no KCP status
+//! and reads none, and every review under load is answered (after the first cycle with a real decision).
+
+#[path = "../benches/support/mod.rs"]
+mod support;
+
+use support::scale::{ScaleOptions, run, table};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smoke_run_publishes_every_kcp_and_a_steady_cycle_writes_nothing() {
+    let opts = ScaleOptions::smoke();
+    let f = run(&opts, |_| {}).await.expect("the scale run");
+    let report = table(&f);
+    // A one-member etcd is up but cannot lose a member: every KCP says so, none ProbeFailed.
+    assert_eq!(opts.members, 1);
+    assert_eq!(
+        f.quorum_reasons,
+        [("NoFaultTolerance".to_string(), opts.kcps)].into(),
+        "{report}"
+    );
+    assert_eq!(
+        f.first_cycle_writes, opts.kcps,
+        "one write per KCP: {report}"
+    );
+    assert_eq!(f.steady_writes, 0, "{report}");
+    assert_eq!(f.steady_status_reads, 0, "{report}");
+    let requests = f.idle.requests + f.sweeping.requests + f.first.requests;
+    assert!(requests > 0, "{report}");
+    for l in [&f.idle, &f.sweeping, &f.first] {
+        assert_eq!(l.errors, 0, "{:?}\n{report}", l.first_error);
+    }
+    // Once published, health is known: real decisions (before the first probe, HealthUnknown
+    // is the right answer).
+    for l in [&f.idle, &f.sweeping] {
+        assert!(
+            l.verdicts
+                .keys()
+                .all(|k| !k.contains("NotHandled") && !k.contains("HealthUnknown")),
+            "{:?}\n{report}",
+            l.verdicts
+        );
+    }
+    assert!(f.rss_hwm_kib > 0, "the guard's RSS is read from /proc");
+    assert!(
+        f.steady_sweep > std::time::Duration::ZERO,
+        "the guard exports its sweep times: {report}"
+    );
+}
