@@ -182,6 +182,62 @@ pub struct Pki {
     client_key: PathBuf,
 }
 
+/// etcdctl (API v3) with a cluster's CA and client certificate: [`EtcdCluster::etcdctl_handle`].
+#[derive(Clone, Debug)]
+pub struct Etcdctl {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl Etcdctl {
+    /// Runs etcdctl against `endpoints`, bounded by `timeout 20`, whatever its exit status
+    /// (`endpoint health` exits 1 when a member is unhealthy, with its JSON still on stdout).
+    pub fn output(&self, endpoints: &[String], args: &[&str]) -> Result<Output, EtcdError> {
+        let p = |path: &Path| path.display().to_string();
+        Command::new("timeout")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("ETCDCTL_API", "3")
+            .args(["20", "etcdctl"])
+            .arg(format!("--endpoints={}", endpoints.join(",")))
+            .args(["--cacert", &p(&self.ca)])
+            .args(["--cert", &p(&self.cert)])
+            .args(["--key", &p(&self.key)])
+            .args(["--dial-timeout=2s", "--command-timeout=3s"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| EtcdError::Etcdctl(format!("running etcdctl: {e}")))
+    }
+
+    /// Runs etcdctl against `endpoints`; its stdout, or an error with the command (long
+    /// arguments shortened), its exit status and output.
+    pub fn run(&self, endpoints: &[String], args: &[&str]) -> Result<String, EtcdError> {
+        let out = self.output(endpoints, args)?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(stdout)
+        } else {
+            // Long arguments (a value to put) shortened, so a failure stays readable.
+            let shown: Vec<String> = args
+                .iter()
+                .map(|a| match a.char_indices().nth(60) {
+                    Some((i, _)) => format!("{}...", &a[..i]),
+                    None => a.to_string(),
+                })
+                .collect();
+            Err(EtcdError::Etcdctl(format!(
+                "etcdctl {} ({}): {}{}",
+                shown.join(" "),
+                out.status,
+                stdout,
+                String::from_utf8_lossy(&out.stderr)
+            )))
+        }
+    }
+}
+
 /// One member of [`EtcdCluster::member_list`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListedMember {
@@ -559,40 +615,17 @@ impl EtcdCluster {
 
     /// Runs etcdctl (API v3, TLS) against `endpoints`, bounded by `timeout 20`; its stdout.
     pub fn etcdctl(&self, endpoints: &[String], args: &[&str]) -> Result<String, EtcdError> {
-        let p = |path: &Path| path.display().to_string();
-        let out: Output = Command::new("timeout")
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("ETCDCTL_API", "3")
-            .args(["20", "etcdctl"])
-            .arg(format!("--endpoints={}", endpoints.join(",")))
-            .args(["--cacert", &p(&self.pki.ca_crt)])
-            .args(["--cert", &p(&self.pki.client_crt)])
-            .args(["--key", &p(&self.pki.client_key)])
-            .args(["--dial-timeout=2s", "--command-timeout=3s"])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| EtcdError::Etcdctl(format!("running etcdctl: {e}")))?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.success() {
-            Ok(stdout)
-        } else {
-            // Long arguments (a value to put) shortened, so a failure stays readable.
-            let shown: Vec<String> = args
-                .iter()
-                .map(|a| match a.char_indices().nth(60) {
-                    Some((i, _)) => format!("{}...", &a[..i]),
-                    None => a.to_string(),
-                })
-                .collect();
-            Err(EtcdError::Etcdctl(format!(
-                "etcdctl {} ({}): {}{}",
-                shown.join(" "),
-                out.status,
-                stdout,
-                String::from_utf8_lossy(&out.stderr)
-            )))
+        self.etcdctl_handle().run(endpoints, args)
+    }
+
+    /// etcdctl with this cluster's CA and client certificate, detached from the cluster: a
+    /// monitor can ask etcd from another thread while the cluster itself is busy (a membership
+    /// change holds it for seconds, which is exactly when a monitor must keep looking).
+    pub fn etcdctl_handle(&self) -> Etcdctl {
+        Etcdctl {
+            ca: self.pki.ca_crt.clone(),
+            cert: self.pki.client_crt.clone(),
+            key: self.pki.client_key.clone(),
         }
     }
 
