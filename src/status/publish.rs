@@ -520,8 +520,12 @@ pub async fn enrich(
         };
         match woke {
             Wake::Timer => {}
+            // Never later than the timer would have swept: with a probe interval under
+            // MIN_GAP, a Machine change (the caches' first sync after a restart among them)
+            // used to hold the next sweep back to MIN_GAP.
             Wake::Machines => {
-                tokio::time::sleep(MIN_GAP.saturating_sub(started.elapsed())).await;
+                let gap = MIN_GAP.min(sweep.interval);
+                tokio::time::sleep(gap.saturating_sub(started.elapsed())).await;
             }
             // Taking over: publish at once (publish_all re-reads everything); losing: the
             // next round skips publishing and updates the metric.
