@@ -667,12 +667,25 @@ impl EtcdCluster {
             .ok_or(EtcdError::NoSuchMember(name))
     }
 
-    /// A membership change through a live member, retried while etcd answers "unhealthy
-    /// cluster" (its peers must have been connected for 5 s).
-    fn member_change(&mut self, args: &[&str]) -> Result<String, EtcdError> {
+    /// A membership change through a live member other than `not_via` (a member being removed
+    /// stops as the removal applies, and may not answer it: "etcdserver: server stopped"),
+    /// retried while etcd answers "unhealthy cluster" (its peers must have been connected for
+    /// 5 s).
+    fn member_change(
+        &mut self,
+        args: &[&str],
+        not_via: Option<usize>,
+    ) -> Result<String, EtcdError> {
         let started = Instant::now();
+        let avoid = not_via.and_then(|i| self.client_url(i));
         loop {
-            let eps = self.live_endpoints();
+            let live = self.live_endpoints();
+            let others: Vec<String> = live
+                .iter()
+                .filter(|e| Some(*e) != avoid.as_ref())
+                .cloned()
+                .collect();
+            let eps = if others.is_empty() { live } else { others };
             let Some(first) = eps.first() else {
                 return Err(EtcdError::NoAnswer {
                     what: "a membership change",
@@ -702,7 +715,7 @@ impl EtcdCluster {
     /// if not, kills it.
     pub fn remove_member(&mut self, i: usize) -> Result<bool, EtcdError> {
         let id = format!("{:x}", self.member_id(i)?);
-        self.member_change(&["member", "remove", &id])?;
+        self.member_change(&["member", "remove", &id], Some(i))?;
         let started = Instant::now();
         let mut exited = false;
         while started.elapsed() < EXIT_WAIT {
@@ -737,7 +750,7 @@ impl EtcdCluster {
         if learner {
             args.push("--learner");
         }
-        let out = self.member_change(&args)?;
+        let out = self.member_change(&args, None)?;
         // etcdctl prints the --initial-cluster the new member must start with.
         node.initial_cluster = out
             .lines()
@@ -758,7 +771,7 @@ impl EtcdCluster {
         let id = format!("{:x}", self.member_id(i)?);
         let started = Instant::now();
         loop {
-            match self.member_change(&["member", "promote", &id]) {
+            match self.member_change(&["member", "promote", &id], None) {
                 Ok(_) => return Ok(()),
                 Err(e)
                     if e.to_string().contains("in sync with leader")
@@ -775,7 +788,7 @@ impl EtcdCluster {
     /// what deleting a Machine does after KCP removed its member (the VM goes away).
     pub fn remove_and_stop(&mut self, i: usize) -> Result<(), EtcdError> {
         let id = format!("{:x}", self.member_id(i)?);
-        self.member_change(&["member", "remove", &id])?;
+        self.member_change(&["member", "remove", &id], Some(i))?;
         self.kill(i);
         Ok(())
     }
