@@ -489,11 +489,23 @@ pub async fn enrich(
     let mut leadership = publisher.as_ref().map(|p| p.leadership().subscribe());
     loop {
         let started = Instant::now();
-        sweep_once(&client, &state, &sweep, &probers).await;
+        // Sweep and publish only once every cache has synced. Before that, a KCP seen before its
+        // Cluster would be probed without the Cluster's endpoints annotation (a failed probe),
+        // and a KCP not probed yet would be published as ProbeFailed ("no etcd probe of this
+        // cluster yet"): after a restart, that replaced the truth the KCP showed with the
+        // guard's own ignorance for a probe interval (tests/crash_safety.rs saw it).
+        let synced = state.all_synced();
+        if synced {
+            sweep_once(&client, &state, &sweep, &probers).await;
+        }
         metrics.observe_sweep(&figures(&state));
         if let Some(p) = &publisher {
             metrics.set_leader(p.leadership().is_leader());
-            let s = p.publish_all().await;
+            let s = if synced {
+                p.publish_all().await
+            } else {
+                Summary::default()
+            };
             if s != Summary::default() {
                 tracing::debug!(
                     written = s.written,
