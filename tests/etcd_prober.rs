@@ -23,14 +23,6 @@ const MARGIN: Duration = Duration::from_millis(500);
 /// How long a test waits for etcd to settle after a fault (an election, a step-down).
 const SETTLE: Duration = Duration::from_secs(10);
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
 /// Probes once and checks the probe ended within the deadline plus the margin.
 fn probe_once(rt: &tokio::runtime::Runtime, prober: &Prober, endpoints: &[String]) -> Probe {
     let started = Instant::now();
@@ -136,7 +128,7 @@ fn healthy_follower(
 #[test]
 fn healthy_cluster_lists_every_member_with_one_leader() {
     let mut cluster = EtcdCluster::start(3);
-    let rt = runtime();
+    let rt = support::etcd::runtime();
     let prober = Prober::new(cluster.client_tls());
     let endpoints = cluster.endpoints();
     let (p, _) = healthy_follower(&rt, &prober, &cluster);
@@ -195,7 +187,7 @@ fn healthy_cluster_lists_every_member_with_one_leader() {
 #[test]
 fn frozen_member_is_unhealthy_and_the_probe_keeps_its_deadline() {
     let mut cluster = EtcdCluster::start(3);
-    let rt = runtime();
+    let rt = support::etcd::runtime();
     let prober = Prober::new(cluster.client_tls());
     let (_, frozen) = healthy_follower(&rt, &prober, &cluster);
     let frozen_name = cluster.name(frozen).to_string();
@@ -267,7 +259,7 @@ fn frozen_member_is_unhealthy_and_the_probe_keeps_its_deadline() {
 #[test]
 fn killed_member_is_unhealthy_with_the_connection_error() {
     let mut cluster = EtcdCluster::start(3);
-    let rt = runtime();
+    let rt = support::etcd::runtime();
     let prober = Prober::new(cluster.client_tls());
     let (_, killed) = healthy_follower(&rt, &prober, &cluster);
     let killed_name = cluster.name(killed).to_string();
@@ -314,7 +306,7 @@ fn killed_member_is_unhealthy_with_the_connection_error() {
 #[test]
 fn removed_member_is_gone_from_the_list() {
     let mut cluster = EtcdCluster::start(3);
-    let rt = runtime();
+    let rt = support::etcd::runtime();
     let prober = Prober::new(cluster.client_tls());
     let (_, removed) = healthy_follower(&rt, &prober, &cluster);
     let removed_name = cluster.name(removed).to_string();
@@ -351,7 +343,7 @@ fn removed_member_is_gone_from_the_list() {
 #[test]
 fn learners_unstarted_and_started() {
     let mut cluster = EtcdCluster::start(3);
-    let rt = runtime();
+    let rt = support::etcd::runtime();
     let prober = Prober::new(cluster.client_tls());
     healthy_follower(&rt, &prober, &cluster);
 
@@ -414,7 +406,7 @@ fn learners_unstarted_and_started() {
 #[test]
 fn quorum_lost_on_etcd_3_4_lists_members_and_marks_the_survivor_unhealthy() {
     let mut cluster = EtcdCluster::start(3);
-    let rt = runtime();
+    let rt = support::etcd::runtime();
     let prober = Prober::new(cluster.client_tls());
     let (_, survivor) = healthy_follower(&rt, &prober, &cluster);
     let endpoints = cluster.endpoints();
@@ -482,7 +474,7 @@ fn quorum_lost_on_etcd_3_4_lists_members_and_marks_the_survivor_unhealthy() {
 fn nospace_alarm_attaches_to_the_member_it_names() {
     // A 1 MiB backend quota fills after a few puts (written with etcdctl, never by the prober).
     let mut cluster = EtcdCluster::start_with_flags(3, &["--quota-backend-bytes=1048576"]);
-    let rt = runtime();
+    let rt = support::etcd::runtime();
     let prober = Prober::new(cluster.client_tls());
     let endpoints = cluster.endpoints();
     healthy_follower(&rt, &prober, &cluster);
@@ -521,7 +513,7 @@ fn nospace_alarm_attaches_to_the_member_it_names() {
 #[test]
 fn client_certificates_from_the_cluster_ca_are_accepted_and_others_refused() {
     let cluster = EtcdCluster::start(3);
-    let rt = runtime();
+    let rt = support::etcd::runtime();
     let endpoints = cluster.endpoints();
 
     // Signed by quorumguard with the cluster's CA (RSA PKCS#1, like Cluster API's): accepted.

@@ -21,15 +21,6 @@ use quorumguard::playground::timeline::{Sink, Timeline};
 use quorumguard::playground::world::{KCP, NEW_VERSION, World, WorldOptions, kcp_controller};
 use support::https::TempDir;
 
-/// A runtime like the binary's (the etcd slot is taken outside it: it is a blocking lock).
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 /// Runs scenario `name` in a fresh world; returns it (still running) and the timeline.
 async fn play(name: &str, dir: &Path) -> (Arc<World>, Timeline) {
     let world = Arc::new(
@@ -75,7 +66,7 @@ fn machine_names(world: &World) -> Vec<String> {
 #[test]
 fn upgrade_stuck_is_resolved_by_following_the_next_action() {
     let _slot = support::etcd::slot();
-    runtime().block_on(async {
+    support::etcd::runtime().block_on(async {
         let dir = TempDir::new("pg-upgrade");
         let (world, tl) = play("upgrade-stuck", dir.path()).await;
         let calls = world.webhooks.calls();
@@ -123,7 +114,7 @@ fn upgrade_stuck_is_resolved_by_following_the_next_action() {
 #[test]
 fn unsafe_manual_delete_is_denied_and_remediation_converges() {
     let _slot = support::etcd::slot();
-    runtime().block_on(async {
+    support::etcd::runtime().block_on(async {
         let dir = TempDir::new("pg-unsafe");
         let (world, _tl) = play("unsafe-manual-delete", dir.path()).await;
         let calls = world.webhooks.calls();
@@ -158,7 +149,7 @@ fn unsafe_manual_delete_is_denied_and_remediation_converges() {
 #[test]
 fn scaling_with_a_member_down_waits_for_it() {
     let _slot = support::etcd::slot();
-    runtime().block_on(async {
+    support::etcd::runtime().block_on(async {
         let dir = TempDir::new("pg-scale");
         let (world, _tl) = play("scale-with-member-down", dir.path()).await;
         let scale: Vec<_> = world

@@ -182,6 +182,62 @@ pub struct Pki {
     client_key: PathBuf,
 }
 
+/// etcdctl (API v3) with a cluster's CA and client certificate: [`EtcdCluster::etcdctl_handle`].
+#[derive(Clone, Debug)]
+pub struct Etcdctl {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl Etcdctl {
+    /// Runs etcdctl against `endpoints`, bounded by `timeout 20`, whatever its exit status
+    /// (`endpoint health` exits 1 when a member is unhealthy, with its JSON still on stdout).
+    pub fn output(&self, endpoints: &[String], args: &[&str]) -> Result<Output, EtcdError> {
+        let p = |path: &Path| path.display().to_string();
+        Command::new("timeout")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("ETCDCTL_API", "3")
+            .args(["20", "etcdctl"])
+            .arg(format!("--endpoints={}", endpoints.join(",")))
+            .args(["--cacert", &p(&self.ca)])
+            .args(["--cert", &p(&self.cert)])
+            .args(["--key", &p(&self.key)])
+            .args(["--dial-timeout=2s", "--command-timeout=3s"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| EtcdError::Etcdctl(format!("running etcdctl: {e}")))
+    }
+
+    /// Runs etcdctl against `endpoints`; its stdout, or an error with the command (long
+    /// arguments shortened), its exit status and output.
+    pub fn run(&self, endpoints: &[String], args: &[&str]) -> Result<String, EtcdError> {
+        let out = self.output(endpoints, args)?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(stdout)
+        } else {
+            // Long arguments (a value to put) shortened, so a failure stays readable.
+            let shown: Vec<String> = args
+                .iter()
+                .map(|a| match a.char_indices().nth(60) {
+                    Some((i, _)) => format!("{}...", &a[..i]),
+                    None => a.to_string(),
+                })
+                .collect();
+            Err(EtcdError::Etcdctl(format!(
+                "etcdctl {} ({}): {}{}",
+                shown.join(" "),
+                out.status,
+                stdout,
+                String::from_utf8_lossy(&out.stderr)
+            )))
+        }
+    }
+}
+
 /// One member of [`EtcdCluster::member_list`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListedMember {
@@ -559,40 +615,17 @@ impl EtcdCluster {
 
     /// Runs etcdctl (API v3, TLS) against `endpoints`, bounded by `timeout 20`; its stdout.
     pub fn etcdctl(&self, endpoints: &[String], args: &[&str]) -> Result<String, EtcdError> {
-        let p = |path: &Path| path.display().to_string();
-        let out: Output = Command::new("timeout")
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("ETCDCTL_API", "3")
-            .args(["20", "etcdctl"])
-            .arg(format!("--endpoints={}", endpoints.join(",")))
-            .args(["--cacert", &p(&self.pki.ca_crt)])
-            .args(["--cert", &p(&self.pki.client_crt)])
-            .args(["--key", &p(&self.pki.client_key)])
-            .args(["--dial-timeout=2s", "--command-timeout=3s"])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| EtcdError::Etcdctl(format!("running etcdctl: {e}")))?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.success() {
-            Ok(stdout)
-        } else {
-            // Long arguments (a value to put) shortened, so a failure stays readable.
-            let shown: Vec<String> = args
-                .iter()
-                .map(|a| match a.char_indices().nth(60) {
-                    Some((i, _)) => format!("{}...", &a[..i]),
-                    None => a.to_string(),
-                })
-                .collect();
-            Err(EtcdError::Etcdctl(format!(
-                "etcdctl {} ({}): {}{}",
-                shown.join(" "),
-                out.status,
-                stdout,
-                String::from_utf8_lossy(&out.stderr)
-            )))
+        self.etcdctl_handle().run(endpoints, args)
+    }
+
+    /// etcdctl with this cluster's CA and client certificate, detached from the cluster: a
+    /// monitor can ask etcd from another thread while the cluster itself is busy (a membership
+    /// change holds it for seconds, which is exactly when a monitor must keep looking).
+    pub fn etcdctl_handle(&self) -> Etcdctl {
+        Etcdctl {
+            ca: self.pki.ca_crt.clone(),
+            cert: self.pki.client_crt.clone(),
+            key: self.pki.client_key.clone(),
         }
     }
 
@@ -634,12 +667,25 @@ impl EtcdCluster {
             .ok_or(EtcdError::NoSuchMember(name))
     }
 
-    /// A membership change through a live member, retried while etcd answers "unhealthy
-    /// cluster" (its peers must have been connected for 5 s).
-    fn member_change(&mut self, args: &[&str]) -> Result<String, EtcdError> {
+    /// A membership change through a live member other than `not_via` (a member being removed
+    /// stops as the removal applies, and may not answer it: "etcdserver: server stopped"),
+    /// retried while etcd answers "unhealthy cluster" (its peers must have been connected for
+    /// 5 s).
+    fn member_change(
+        &mut self,
+        args: &[&str],
+        not_via: Option<usize>,
+    ) -> Result<String, EtcdError> {
         let started = Instant::now();
+        let avoid = not_via.and_then(|i| self.client_url(i));
         loop {
-            let eps = self.live_endpoints();
+            let live = self.live_endpoints();
+            let others: Vec<String> = live
+                .iter()
+                .filter(|e| Some(*e) != avoid.as_ref())
+                .cloned()
+                .collect();
+            let eps = if others.is_empty() { live } else { others };
             let Some(first) = eps.first() else {
                 return Err(EtcdError::NoAnswer {
                     what: "a membership change",
@@ -669,7 +715,7 @@ impl EtcdCluster {
     /// if not, kills it.
     pub fn remove_member(&mut self, i: usize) -> Result<bool, EtcdError> {
         let id = format!("{:x}", self.member_id(i)?);
-        self.member_change(&["member", "remove", &id])?;
+        self.member_change(&["member", "remove", &id], Some(i))?;
         let started = Instant::now();
         let mut exited = false;
         while started.elapsed() < EXIT_WAIT {
@@ -704,7 +750,7 @@ impl EtcdCluster {
         if learner {
             args.push("--learner");
         }
-        let out = self.member_change(&args)?;
+        let out = self.member_change(&args, None)?;
         // etcdctl prints the --initial-cluster the new member must start with.
         node.initial_cluster = out
             .lines()
@@ -725,7 +771,7 @@ impl EtcdCluster {
         let id = format!("{:x}", self.member_id(i)?);
         let started = Instant::now();
         loop {
-            match self.member_change(&["member", "promote", &id]) {
+            match self.member_change(&["member", "promote", &id], None) {
                 Ok(_) => return Ok(()),
                 Err(e)
                     if e.to_string().contains("in sync with leader")
@@ -742,7 +788,7 @@ impl EtcdCluster {
     /// what deleting a Machine does after KCP removed its member (the VM goes away).
     pub fn remove_and_stop(&mut self, i: usize) -> Result<(), EtcdError> {
         let id = format!("{:x}", self.member_id(i)?);
-        self.member_change(&["member", "remove", &id])?;
+        self.member_change(&["member", "remove", &id], Some(i))?;
         self.kill(i);
         Ok(())
     }

@@ -8,7 +8,9 @@
 //!   stacked etcd), one control-plane Machine per member (node name == member name, finalizer
 //!   `machine.cluster.x-k8s.io`, KCP's pre-terminate hook annotation), and Secret `demo-etcd`
 //!   with the etcd CA, from which quorumguard signs its own client certificate as KCP does.
-//! - quorumguard: [`crate::server::start`] with the direct etcd transport. The Cluster's
+//! - quorumguard: [`crate::server::start`] with the direct etcd transport (or, with
+//!   [`ServeMode::Child`], the `quorumguard serve` binary as a child process that a test can
+//!   SIGKILL and restart: see [`World::kill_serve`]). The Cluster's
 //!   `quorumguard.io/etcd-endpoints` annotation lists the members' client URLs: the playground
 //!   keeps it current as members come and go, standing in for the Machines' addresses (every
 //!   member listens on 127.0.0.1 on its own port, so the default `<InternalIP>:2379` cannot work).
@@ -16,14 +18,18 @@
 //!   ValidatingWebhookConfiguration in `manifests/` ([`super::webhooks`]), with a serving
 //!   certificate issued for the Service's DNS name by a CA made for this run.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::ByteString;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::apiserver::{ApiServer, StoreError, cluster_resource, kcp_resource, machine_resource};
 use super::etcd::{EtcdCluster, EtcdError, EtcdOptions};
@@ -97,6 +103,8 @@ pub enum WorldError {
     },
     #[error("starting quorumguard serve: {0}")]
     Serve(#[source] server::ServerError),
+    #[error("quorumguard serve as a child process: {0}")]
+    Child(String),
     #[error("the webhook configuration in manifests/: {0}")]
     Webhooks(String),
     #[error("an etcd operation did not finish: {0}")]
@@ -114,6 +122,8 @@ pub struct WorldOptions {
     pub probe_interval: Duration,
     /// The per-probe deadline: how long a frozen member may keep a probe waiting.
     pub probe_deadline: Duration,
+    /// Where quorumguard runs: in this process (the default) or as a child process.
+    pub serve: ServeMode,
 }
 
 impl WorldOptions {
@@ -122,7 +132,91 @@ impl WorldOptions {
             dir,
             probe_interval: Duration::from_millis(500),
             probe_deadline: Duration::from_secs(1),
+            serve: ServeMode::InProcess,
         }
+    }
+}
+
+/// How the world runs `quorumguard serve`.
+#[derive(Clone, Debug, Default)]
+pub enum ServeMode {
+    /// In this process with [`crate::server::start`], without leader election: the
+    /// playground's default (one process to start and stop).
+    #[default]
+    InProcess,
+    /// The binary as a child process, so that a test can SIGKILL it ([`World::kill_serve`]) and
+    /// start it again ([`World::restart_serve`]) as kubelet restarts a crashed container: on
+    /// fixed ports (the dispatcher keeps calling the same address, as a Service keeps its
+    /// name), with the direct etcd transport and leader election on the Lease `serve` uses by
+    /// default ([`LEASE_NAMESPACE`]/[`LEASE_NAME`]), as in a cluster.
+    Child(ChildServe),
+}
+
+/// The child process's binary and Lease timings.
+#[derive(Clone, Debug)]
+pub struct ChildServe {
+    /// The quorumguard binary (tests: `env!("CARGO_BIN_EXE_quorumguard")`).
+    pub exe: PathBuf,
+    /// `--lease-duration`: how long a replica with another identity waits before taking over
+    /// the Lease of a dead holder.
+    pub lease_duration: Duration,
+    /// `--lease-renew-deadline`.
+    pub lease_renew_deadline: Duration,
+    /// `--lease-retry-period`.
+    pub lease_retry_period: Duration,
+}
+
+impl ChildServe {
+    /// `exe` with serve's Lease defaults (15 s, 10 s, 2 s).
+    pub fn new(exe: PathBuf) -> Self {
+        ChildServe {
+            exe,
+            lease_duration: Duration::from_secs(15),
+            lease_renew_deadline: Duration::from_secs(10),
+            lease_retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The namespace of the Lease a child `serve` holds (serve's default, `POD_NAMESPACE`).
+pub const LEASE_NAMESPACE: &str = "quorumguard-system";
+/// The Lease's name (serve's `--leader-election-lease` default).
+pub const LEASE_NAME: &str = "quorumguard";
+/// The identity (`--pod-name`) of the child `serve` unless [`World::restart_serve`] is given
+/// another: a container restarted by kubelet keeps its pod's name.
+pub const SERVE_IDENTITY: &str = "quorumguard-playground";
+/// Who the child `serve` acts as towards the stand-in: the service account of the manifests.
+pub const SERVE_USER: &str = "system:serviceaccount:quorumguard-system:quorumguard";
+/// How long a child `serve` may take to listen after it was spawned.
+const CHILD_START_WAIT: Duration = Duration::from_secs(30);
+
+/// A `serve` child process started by [`World::restart_serve`] (or by [`World::start`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServeStart {
+    pub pid: u32,
+    /// Its `--pod-name`: its identity in the Lease.
+    pub identity: String,
+    /// When it was spawned (wall clock, to compare with the Lease's `renewTime`).
+    pub spawned: SystemTime,
+    /// Its log (stdout and stderr).
+    pub log: PathBuf,
+}
+
+/// What [`World::wait_serving`] saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Serving {
+    /// When `/readyz` first answered 200.
+    pub ready: Instant,
+    /// When the Lease was first seen held and renewed by this process (child mode; in-process
+    /// quorumguard writes without a Lease, so this is `ready`).
+    pub leading: Instant,
+}
+
+impl Serving {
+    /// The later of the two: from then on it answers reviews from synced caches and may
+    /// write KCP status.
+    pub fn since(&self) -> Instant {
+        self.ready.max(self.leading)
     }
 }
 
@@ -190,7 +284,9 @@ pub struct World {
     /// The CA the webhook's serving certificate chains to (the VWC's caBundle).
     pub webhook_ca_pem: String,
     etcd: Arc<Mutex<EtcdCluster>>,
-    server: Mutex<Option<Running>>,
+    server: Mutex<Option<Serve>>,
+    /// How to start `serve` again (child mode only).
+    child: Option<ChildPlan>,
     /// Names handed out to new Machines, in order.
     next_name: Mutex<usize>,
     probe_interval: Duration,
@@ -231,13 +327,30 @@ impl World {
 
         step("starting quorumguard serve (webhook, prober, status publisher)");
         let certs = webhook_certs(&options.dir)?;
-        let config = serve_config(&options, &certs);
-        let client = api.client().map_err(WorldError::Client)?;
-        let running = server::start(config, client)
-            .await
-            .map_err(WorldError::Serve)?;
+        let kubeconfig = options.dir.join("kubeconfig");
+        write_kubeconfig(&api, &kubeconfig, KUBECONFIG_USER)?;
+        let (serve, child, addr) = match &options.serve {
+            ServeMode::InProcess => {
+                let config = serve_config(&options, &certs);
+                let client = api.client().map_err(WorldError::Client)?;
+                let running = server::start(config, client)
+                    .await
+                    .map_err(WorldError::Serve)?;
+                let addr = running.addr;
+                (Serve::InProcess(Box::new(running)), None, addr)
+            }
+            ServeMode::Child(spec) => {
+                let serve_kubeconfig = options.dir.join("serve-kubeconfig");
+                write_kubeconfig(&api, &serve_kubeconfig, SERVE_USER)?;
+                let plan = ChildPlan::new(spec, &options, &certs, &serve_kubeconfig)?;
+                let process = plan.spawn(SERVE_IDENTITY)?;
+                let process = plan.wait_listening(process).await?;
+                let addr = plan.addr;
+                (Serve::Child(process), Some(plan), addr)
+            }
+        };
         let target = WebhookTarget {
-            addr: running.addr,
+            addr,
             ca_pem: certs.ca_pem.clone(),
             server_name: SERVICE_DNS_NAME.to_string(),
         };
@@ -246,24 +359,151 @@ impl World {
                 .map_err(|e| WorldError::Webhooks(e.to_string()))?,
         );
         Arc::clone(&webhooks).install(&api);
-        let kubeconfig = options.dir.join("kubeconfig");
-        write_kubeconfig(&api, &kubeconfig)?;
         Ok(World {
             api,
             webhooks,
             dir: options.dir,
             webhook_ca_pem: certs.ca_pem,
             etcd: Arc::new(Mutex::new(etcd)),
-            server: Mutex::new(Some(running)),
+            server: Mutex::new(Some(serve)),
+            child,
             next_name: Mutex::new(3),
             probe_interval: options.probe_interval,
         })
     }
 
-    /// The running quorumguard's webhook and admin addresses (`None` once shut down).
-    pub fn server_addrs(&self) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
-        let server = self.server.lock().unwrap_or_else(PoisonError::into_inner);
-        server.as_ref().map(|r| (r.addr, r.admin_addr))
+    /// The running quorumguard's webhook and admin addresses (`None` once shut down, or while
+    /// a child `serve` is killed).
+    pub fn server_addrs(&self) -> Option<(SocketAddr, SocketAddr)> {
+        let server = self.serve_slot();
+        match (server.as_ref()?, &self.child) {
+            (Serve::InProcess(r), _) => Some((r.addr, r.admin_addr)),
+            (Serve::Child(_), Some(plan)) => Some((plan.addr, plan.admin_addr)),
+            (Serve::Child(_), None) => None,
+        }
+    }
+
+    /// What runs now (`None`: shut down, or a child `serve` killed).
+    fn serve_slot(&self) -> std::sync::MutexGuard<'_, Option<Serve>> {
+        self.server.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The running child `serve` (`None`: in-process mode, shut down, or killed).
+    pub fn serve_process(&self) -> Option<ServeStart> {
+        let server = self.serve_slot();
+        match server.as_ref()? {
+            Serve::Child(p) => Some(p.start.clone()),
+            Serve::InProcess(_) => None,
+        }
+    }
+
+    /// SIGKILLs the child `serve` and waits for it to be gone: no graceful shutdown, no Lease
+    /// release, whatever it was doing (a probe, a status write, a review) cut short. Until
+    /// [`World::restart_serve`], the stand-in's webhook calls fail as they would against a
+    /// Service without endpoints, and are answered by the configuration's `failurePolicy`.
+    pub fn kill_serve(&self) -> Result<ServeStart, WorldError> {
+        if self.child.is_none() {
+            return Err(WorldError::Child(
+                "quorumguard runs in this process: start the world with ServeMode::Child to kill it".into(),
+            ));
+        }
+        let taken = self.serve_slot().take();
+        match taken {
+            Some(Serve::Child(mut p)) => {
+                p.kill()?;
+                Ok(p.start.clone())
+            }
+            Some(other) => {
+                *self.serve_slot() = Some(other);
+                Err(WorldError::Child(
+                    "quorumguard does not run as a child".into(),
+                ))
+            }
+            None => Err(WorldError::Child("quorumguard serve is not running".into())),
+        }
+    }
+
+    /// Starts the child `serve` again on the same ports, as `identity` (`None`:
+    /// [`SERVE_IDENTITY`], the same pod's container restarted; another name: a replacement pod,
+    /// which must wait for the dead holder's Lease to expire). Returns once it listens; it is
+    /// ready to review and to write status only after [`World::wait_serving`].
+    pub async fn restart_serve(&self, identity: Option<&str>) -> Result<ServeStart, WorldError> {
+        let Some(plan) = &self.child else {
+            return Err(WorldError::Child(
+                "quorumguard runs in this process: start the world with ServeMode::Child to restart it".into(),
+            ));
+        };
+        if self.serve_process().is_some() {
+            return Err(WorldError::Child(
+                "quorumguard serve is still running: kill it first".into(),
+            ));
+        }
+        let process = plan.spawn(identity.unwrap_or(SERVE_IDENTITY))?;
+        let process = plan.wait_listening(process).await?;
+        let start = process.start.clone();
+        *self.serve_slot() = Some(Serve::Child(process));
+        Ok(start)
+    }
+
+    /// Waits (at most `limit`) until quorumguard serves: `/readyz` answers 200 (certificate
+    /// loaded, watch caches synced, listening) and, for a child `serve`, the Lease names it as
+    /// holder with a `renewTime` after it was spawned (it may write KCP status). Polls every
+    /// 20 ms, so the instants are that precise.
+    pub async fn wait_serving(&self, limit: Duration) -> Result<Serving, WorldError> {
+        let started = Instant::now();
+        let (mut ready, mut leading) = (None, None);
+        let process = self.serve_process();
+        for _ in 0..(limit.as_millis() / 20 + 1) {
+            let Some((_, admin)) = self.server_addrs() else {
+                return Err(WorldError::Child("quorumguard serve is not running".into()));
+            };
+            if ready.is_none() && http_status(admin, "/readyz").await == Some(200) {
+                ready = Some(Instant::now());
+            }
+            if leading.is_none() {
+                let leads = match &process {
+                    None => true,
+                    Some(p) => self.lease().is_some_and(|l| {
+                        l.holder == p.identity && l.renewed.is_some_and(|t| t >= p.spawned)
+                    }),
+                };
+                if leads {
+                    leading = Some(Instant::now());
+                }
+            }
+            if let (Some(ready), Some(leading)) = (ready, leading) {
+                return Ok(Serving { ready, leading });
+            }
+            if started.elapsed() > limit {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(WorldError::Child(format!(
+            "quorumguard was not serving within {limit:?}: ready={}, holds the Lease={}; Lease {LEASE_NAMESPACE}/{LEASE_NAME}: {:?}",
+            ready.is_some(),
+            leading.is_some(),
+            self.lease()
+        )))
+    }
+
+    /// The leader-election Lease as stored (`None`: not created yet).
+    pub fn lease(&self) -> Option<LeaseView> {
+        let lease = self.api.get(
+            &ApiResource::erase::<Lease>(&()),
+            LEASE_NAMESPACE,
+            LEASE_NAME,
+        )?;
+        let spec = &lease["spec"];
+        let renewed = spec["renewTime"]
+            .as_str()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(SystemTime::from);
+        Some(LeaseView {
+            holder: spec["holderIdentity"].as_str().unwrap_or("").to_string(),
+            renewed,
+            transitions: spec["leaseTransitions"].as_i64().unwrap_or(0),
+        })
     }
 
     /// How long to let quorumguard catch up with a change: two probe intervals.
@@ -520,13 +760,16 @@ impl World {
     /// Stops quorumguard, then every etcd process. Etcd operations in flight finish first
     /// (each is bounded).
     pub async fn shutdown(&self) {
-        let running = self
-            .server
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(running) = running {
-            running.shutdown().await;
+        let running = self.serve_slot().take();
+        match running {
+            Some(Serve::InProcess(running)) => running.shutdown().await,
+            // A test harness: no need for serve's graceful shutdown.
+            Some(Serve::Child(mut p)) => {
+                if let Err(e) = p.kill() {
+                    tracing::warn!(error = %e, "stopping quorumguard serve");
+                }
+            }
+            None => {}
         }
         self.api.clear_admission_hook();
         let _ = self
@@ -619,22 +862,224 @@ fn serve_config(options: &WorldOptions, certs: &WebhookCerts) -> ServeConfig {
     }
 }
 
-/// Writes a kubeconfig for the stand-in whose user acts as [`KUBECONFIG_USER`] (kubectl sends
-/// it as `Impersonate-User`, which the stand-in takes as the requesting user).
-fn write_kubeconfig(api: &ApiServer, path: &Path) -> Result<(), WorldError> {
+/// Writes a kubeconfig for the stand-in whose user acts as `user` (kubectl and kube send it as
+/// `Impersonate-User`, which the stand-in takes as the requesting user): [`KUBECONFIG_USER`]
+/// for people, [`SERVE_USER`] for a child `serve`.
+fn write_kubeconfig(api: &ApiServer, path: &Path, user: &str) -> Result<(), WorldError> {
     let doc = json!({
         "apiVersion": "v1", "kind": "Config", "current-context": "quorumguard-playground",
         "preferences": {},
         "clusters": [{"name": "playground", "cluster": {"server": api.url()}}],
         "contexts": [{"name": "quorumguard-playground",
-            "context": {"cluster": "playground", "user": KUBECONFIG_USER, "namespace": NAMESPACE}}],
-        "users": [{"name": KUBECONFIG_USER, "user": {"as": KUBECONFIG_USER}}],
+            "context": {"cluster": "playground", "user": user, "namespace": NAMESPACE}}],
+        "users": [{"name": user, "user": {"as": user}}],
     });
     let text = serde_yaml::to_string(&doc).map_err(|e| WorldError::Other(e.to_string()))?;
     std::fs::write(path, text).map_err(|source| WorldError::Write {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// The leader-election Lease, as [`World::lease`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseView {
+    /// `spec.holderIdentity` ("" when released).
+    pub holder: String,
+    /// `spec.renewTime`.
+    pub renewed: Option<SystemTime>,
+    /// `spec.leaseTransitions`: how often another identity took it over.
+    pub transitions: i64,
+}
+
+/// The running quorumguard.
+enum Serve {
+    InProcess(Box<Running>),
+    Child(ServeProcess),
+}
+
+/// How to start `serve` as a child process: the same flags and ports every time.
+struct ChildPlan {
+    exe: PathBuf,
+    dir: PathBuf,
+    args: Vec<String>,
+    addr: SocketAddr,
+    admin_addr: SocketAddr,
+    /// Processes started so far, for their log files' names.
+    started: Mutex<usize>,
+}
+
+/// A free port on 127.0.0.1 (bound and released: the child binds it a moment later).
+fn free_addr() -> Result<SocketAddr, WorldError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| WorldError::Child(format!("finding a free port on 127.0.0.1: {e}")))
+}
+
+impl ChildPlan {
+    /// `serve`'s flags for the world: what [`serve_config`] sets in-process, plus the Lease.
+    fn new(
+        spec: &ChildServe,
+        options: &WorldOptions,
+        certs: &WebhookCerts,
+        kubeconfig: &Path,
+    ) -> Result<Self, WorldError> {
+        let (addr, admin_addr) = (free_addr()?, free_addr()?);
+        let d = |d: Duration| humantime::format_duration(d).to_string();
+        let args = vec![
+            format!("--listen={addr}"),
+            format!("--admin-listen={admin_addr}"),
+            format!("--tls-cert-file={}", certs.cert_file.display()),
+            format!("--tls-key-file={}", certs.key_file.display()),
+            "--tls-reload-interval=60s".into(),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--log=info".into(),
+            "--etcd-transport=direct".into(),
+            format!("--probe-interval={}", d(options.probe_interval)),
+            format!("--probe-timeout={}", d(options.probe_deadline)),
+            "--probe-concurrency=4".into(),
+            "--reservation-ttl=30s".into(),
+            "--shutdown-delay=0s".into(),
+            "--shutdown-grace=1s".into(),
+            format!("--lease-duration={}", d(spec.lease_duration)),
+            format!("--lease-renew-deadline={}", d(spec.lease_renew_deadline)),
+            format!("--lease-retry-period={}", d(spec.lease_retry_period)),
+        ];
+        Ok(ChildPlan {
+            exe: spec.exe.clone(),
+            dir: options.dir.clone(),
+            args,
+            addr,
+            admin_addr,
+            started: Mutex::new(0),
+        })
+    }
+
+    /// Spawns `serve` as `identity`, its output to `serve-<n>.log` in the world's directory.
+    fn spawn(&self, identity: &str) -> Result<ServeProcess, WorldError> {
+        let n = {
+            let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+            *started += 1;
+            *started
+        };
+        let log = self.dir.join(format!("serve-{n}.log"));
+        let out = std::fs::File::create(&log).map_err(|source| WorldError::Write {
+            path: log.clone(),
+            source,
+        })?;
+        let err = out.try_clone().map_err(|source| WorldError::Write {
+            path: log.clone(),
+            source,
+        })?;
+        let child = Command::new(&self.exe)
+            .arg("serve")
+            .args(&self.args)
+            .arg(format!("--pod-name={identity}"))
+            // Nothing from the caller's environment (QUORUMGUARD_* twins of the flags).
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| {
+                WorldError::Child(format!("spawning {} serve: {e}", self.exe.display()))
+            })?;
+        Ok(ServeProcess {
+            start: ServeStart {
+                pid: child.id(),
+                identity: identity.to_string(),
+                spawned: SystemTime::now(),
+                log,
+            },
+            child,
+        })
+    }
+
+    /// Waits (at most [`CHILD_START_WAIT`]) until the admin port answers `/livez` and the
+    /// webhook port accepts connections, as [`crate::server::start`] returns once both listen.
+    async fn wait_listening(&self, mut p: ServeProcess) -> Result<ServeProcess, WorldError> {
+        let started = Instant::now();
+        for _ in 0..(CHILD_START_WAIT.as_millis() / 20) {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                return Err(WorldError::Child(format!(
+                    "serve (pid {}) exited with {status} before listening; its log {}:\n{}",
+                    p.start.pid,
+                    p.start.log.display(),
+                    tail(&p.start.log)
+                )));
+            }
+            if http_status(self.admin_addr, "/livez").await == Some(200)
+                && tokio::net::TcpStream::connect(self.addr).await.is_ok()
+            {
+                return Ok(p);
+            }
+            if started.elapsed() > CHILD_START_WAIT {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = p.kill();
+        Err(WorldError::Child(format!(
+            "serve (pid {}) did not listen on {} and {} within {CHILD_START_WAIT:?}; its log {}:\n{}",
+            p.start.pid,
+            self.addr,
+            self.admin_addr,
+            p.start.log.display(),
+            tail(&p.start.log)
+        )))
+    }
+}
+
+/// The last lines of a log, for errors.
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// A child `serve`; killed when dropped, so none outlives its world.
+struct ServeProcess {
+    child: Child,
+    start: ServeStart,
+}
+
+impl ServeProcess {
+    /// SIGKILL (what `Child::kill` sends on Unix), then reaps it.
+    fn kill(&mut self) -> Result<(), WorldError> {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return Ok(());
+        }
+        self.child.kill().map_err(|e| {
+            WorldError::Child(format!("SIGKILL to serve (pid {}): {e}", self.start.pid))
+        })?;
+        self.child.wait().map(|_| ()).map_err(|e| {
+            WorldError::Child(format!("waiting for serve (pid {}): {e}", self.start.pid))
+        })
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+/// The HTTP status of `GET path` on a plain-HTTP admin port (`None`: no answer within 1 s).
+async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await.ok()?;
+        // "HTTP/1.1 200"
+        std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+    };
+    tokio::time::timeout(Duration::from_secs(1), exchange)
+        .await
+        .ok()
+        .flatten()
 }
 
 fn store(api: &ApiServer, what: &str, object: Value) -> Result<(), WorldError> {

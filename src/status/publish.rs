@@ -493,15 +493,28 @@ pub async fn enrich(
     let mut leadership = publisher.as_ref().map(|p| p.leadership().subscribe());
     loop {
         let started = Instant::now();
-        sweep_once(&client, &state, &sweep, &probers).await;
+        // Sweep and publish only once every cache has synced. Before that, a KCP seen before its
+        // Cluster would be probed without the Cluster's endpoints annotation (a failed probe),
+        // and a KCP not probed yet would be published as ProbeFailed ("no etcd probe of this
+        // cluster yet"): after a restart, that replaced the truth the KCP showed with the
+        // guard's own ignorance for a probe interval (tests/crash_safety.rs saw it).
+        let synced = state.all_synced();
+        if synced {
+            sweep_once(&client, &state, &sweep, &probers).await;
+        }
         let swept = started.elapsed();
         metrics.observe_sweep(&figures(&state));
         let mut published = None;
         if let Some(p) = &publisher {
             metrics.set_leader(p.leadership().is_leader());
-            let publish_started = Instant::now();
-            let s = p.publish_all().await;
-            published = Some(publish_started.elapsed());
+            let s = if synced {
+                let publish_started = Instant::now();
+                let s = p.publish_all().await;
+                published = Some(publish_started.elapsed());
+                s
+            } else {
+                Summary::default()
+            };
             if s != Summary::default() {
                 tracing::debug!(
                     written = s.written,
@@ -512,7 +525,9 @@ pub async fn enrich(
                 );
             }
         }
-        metrics.observe_cycle(swept, published);
+        if synced {
+            metrics.observe_cycle(swept, published);
+        }
         let rest = sweep.interval.saturating_sub(started.elapsed());
         let woke = {
             let leader_changed = async {
@@ -529,8 +544,12 @@ pub async fn enrich(
         };
         match woke {
             Wake::Timer => {}
+            // Never later than the timer would have swept: with a probe interval under
+            // MIN_GAP, a Machine change (the caches' first sync after a restart among them)
+            // used to hold the next sweep back to MIN_GAP.
             Wake::Machines => {
-                tokio::time::sleep(MIN_GAP.saturating_sub(started.elapsed())).await;
+                let gap = MIN_GAP.min(sweep.interval);
+                tokio::time::sleep(gap.saturating_sub(started.elapsed())).await;
             }
             // Taking over: publish at once (publish_all re-reads everything); losing: the
             // next round skips publishing and updates the metric.

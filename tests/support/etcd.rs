@@ -21,6 +21,16 @@ pub use quorumguard::playground::etcd::{
 
 static SLOT: Mutex<()> = Mutex::new(());
 
+/// A runtime like the binary's, for tests that drive etcd from async code: two workers, as on
+/// the 2-core CI machine (the etcd slot is taken outside it: it is a blocking lock).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 /// The slot itself, for tests that start etcd through the library (the playground's world):
 /// hold it while that cluster runs.
 pub fn slot() -> MutexGuard<'static, ()> {
