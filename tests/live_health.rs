@@ -10,9 +10,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumguard::engine::{EtcdState, Policy};
-use quorumguard::etcd::sweep::SweepConfig;
-use quorumguard::server::{self, Running, ServeConfig};
+use quorumguard::engine::EtcdState;
+use quorumguard::server::{self, Running};
 use serde_json::json;
 use support::apiserver::ApiServer;
 use support::etcd::EtcdCluster;
@@ -50,28 +49,9 @@ async fn deletions_follow_live_etcd_health() {
     let dir = TempDir::new("live");
     let pki = TestPki::new(dir.path());
     let interval = Duration::from_millis(500);
-    let config = ServeConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        admin_listen: "127.0.0.1:0".parse().expect("addr"),
-        tls_cert: pki.cert_file.clone(),
-        tls_key: pki.key_file.clone(),
-        tls_reload_interval: Duration::from_secs(1),
-        policy: Policy::default(),
-        // Deletions allowed here are never carried out (no KCP acts on them): let their
-        // reservations lapse quickly so each step is judged on etcd health alone.
-        reservation_ttl: Duration::from_millis(300),
-        shutdown_delay: Duration::from_millis(50),
-        shutdown_grace: Duration::from_secs(2),
-        pod_name: None,
-        events: false,
-        sweep: Some(SweepConfig {
-            interval,
-            deadline: Duration::from_secs(1),
-            concurrency: 4,
-            transport: quorumguard::etcd::TransportKind::Direct,
-        }),
-        status: None,
-    };
+    // Deletions allowed here are never carried out (no KCP acts on them): let their
+    // reservations lapse quickly so each step is judged on etcd health alone.
+    let config = support::guard::serve_config(&pki, interval, Duration::from_millis(300), None);
     let running = server::start(config, api.client().expect("client"))
         .await
         .expect("start");
