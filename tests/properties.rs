@@ -347,6 +347,11 @@ impl Voters {
     }
 }
 
+/// Votes needed out of `n` (etcd's quorum).
+fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
 /// Whether removing the members `gone` loses quorum in `world` (removing all of them does).
 fn fails(world: &BTreeMap<u64, bool>, gone: &[u64]) -> bool {
     let left: Vec<bool> = world
@@ -354,7 +359,7 @@ fn fails(world: &BTreeMap<u64, bool>, gone: &[u64]) -> bool {
         .filter(|(id, _)| !gone.contains(id))
         .map(|(_, up)| *up)
         .collect();
-    left.is_empty() || left.iter().filter(|u| **u).count() < left.len() / 2 + 1
+    left.is_empty() || left.iter().filter(|u| **u).count() < majority(left.len())
 }
 
 fn subsets(of: &[u64]) -> Vec<Vec<u64>> {
@@ -550,12 +555,12 @@ fn check_update(
                 .filter(|(id, up)| **up && !removed.contains(id))
                 .count();
             subsets(&removed).iter().all(|s| !fails(world, s))
-                && left_healthy >= to as usize / 2 + 1
+                && left_healthy >= majority(to as usize)
         })
     };
     let up_safe = |world: &BTreeMap<u64, bool>| -> bool {
         let healthy = world.values().filter(|u| **u).count();
-        healthy >= (world.len() + 1) / 2 + 1
+        healthy >= majority(world.len() + 1)
     };
     match v.reason {
         Reason::ClusterDeleting => ok(cp.cluster.deleting, "cluster not deleting"),
