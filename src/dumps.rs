@@ -397,31 +397,67 @@ pub struct Loaded {
     pub warnings: Vec<String>,
 }
 
-fn etcdctl_err(path: &Path) -> impl FnOnce(EtcdctlError) -> DumpError + '_ {
+/// The contents of one `check`'s dumps, each with the name its errors give it.
+#[derive(Clone, Copy, Debug)]
+pub struct DumpTexts<'a> {
+    /// (file name, text) of each dump.
+    pub objects: (&'a str, &'a str),
+    pub member_list: (&'a str, &'a str),
+    pub endpoint_status: Option<(&'a str, &'a str)>,
+    pub endpoint_health: Option<(&'a str, &'a str)>,
+    pub alarms: Option<(&'a str, &'a str)>,
+    /// `--kcp`: NAME or NAMESPACE/NAME.
+    pub kcp: Option<&'a str>,
+}
+
+fn etcdctl_err(file: &str) -> impl FnOnce(EtcdctlError) -> DumpError + '_ {
     move |source| DumpError::Etcdctl {
-        file: path.display().to_string(),
+        file: file.to_string(),
         source,
     }
 }
 
 /// Reads and combines the dump files into one control plane.
 pub fn load(files: &DumpFiles) -> Result<Loaded, DumpError> {
-    let (objects, member_list) = (files.objects, files.member_list);
-    let objects_file = objects.display().to_string();
-    let objs = parse_objects(&read(objects)?, &objects_file)?;
-    let kcp = select_kcp(&objs, files.kcp, &objects_file)?.clone();
-    let members =
-        etcdctl::parse_member_list(&read(member_list)?).map_err(etcdctl_err(member_list))?;
-    let status = match files.endpoint_status {
-        Some(p) => Some(etcdctl::parse_endpoint_status(&read(p)?).map_err(etcdctl_err(p))?),
+    let name = |p: &Path| p.display().to_string();
+    let read_named = |p: &Path| read(p).map(|text| (name(p), text));
+    let read_opt = |p: Option<&Path>| p.map(read_named).transpose();
+    let objects = read_named(files.objects)?;
+    let member_list = read_named(files.member_list)?;
+    let status = read_opt(files.endpoint_status)?;
+    let health = read_opt(files.endpoint_health)?;
+    let alarms = read_opt(files.alarms)?;
+    fn pair(p: &(String, String)) -> (&str, &str) {
+        (&p.0, &p.1)
+    }
+    assemble(&DumpTexts {
+        objects: pair(&objects),
+        member_list: pair(&member_list),
+        endpoint_status: status.as_ref().map(pair),
+        endpoint_health: health.as_ref().map(pair),
+        alarms: alarms.as_ref().map(pair),
+        kcp: files.kcp,
+    })
+}
+
+/// Combines the dumps' contents into one control plane: what [`load`] does once the files are
+/// read, separate so that the fuzz targets and property tests can feed it any text.
+pub fn assemble(texts: &DumpTexts) -> Result<Loaded, DumpError> {
+    let (objects_file, objects_text) = texts.objects;
+    let objs = parse_objects(objects_text, objects_file)?;
+    let kcp = select_kcp(&objs, texts.kcp, objects_file)?.clone();
+    let (ml_file, ml_text) = texts.member_list;
+    let members = etcdctl::parse_member_list(ml_text).map_err(etcdctl_err(ml_file))?;
+    let status = match texts.endpoint_status {
+        Some((f, t)) => Some(etcdctl::parse_endpoint_status(t).map_err(etcdctl_err(f))?),
         None => None,
     };
-    let health = match files.endpoint_health {
-        Some(p) => Some(etcdctl::parse_endpoint_health(&read(p)?).map_err(etcdctl_err(p))?),
+    let health = match texts.endpoint_health {
+        Some((f, t)) => Some(etcdctl::parse_endpoint_health(t).map_err(etcdctl_err(f))?),
         None => None,
     };
-    let alarms = match files.alarms {
-        Some(p) => etcdctl::parse_alarm_list(&read(p)?).map_err(etcdctl_err(p))?,
+    let alarms = match texts.alarms {
+        Some((f, t)) => etcdctl::parse_alarm_list(t).map_err(etcdctl_err(f))?,
         None => Vec::new(),
     };
     let (snapshot, mut warnings) =

@@ -9,6 +9,9 @@ pub mod cli;
 pub mod dumps;
 pub mod engine;
 pub mod etcd;
+/// The fuzz targets' bodies (fuzz/): only in tests and under cargo-fuzz.
+#[cfg(any(test, fuzzing))]
+pub mod fuzz_targets;
 pub mod lease;
 pub mod playground;
 pub mod server;

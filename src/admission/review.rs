@@ -38,6 +38,10 @@ pub enum ReviewError {
         "AdmissionReview apiVersion {0:?} is not supported: register the webhook with admissionReviewVersions [v1]"
     )]
     Version(String),
+    #[error(
+        "the body's kind is {0:?}, not \"AdmissionReview\": send an admission.k8s.io/v1 AdmissionReview"
+    )]
+    Kind(String),
     #[error("the AdmissionReview has no request")]
     NoRequest,
     #[error("{0}")]
@@ -115,6 +119,8 @@ struct Body {
 
 /// The only AdmissionReview version served.
 const API_VERSION: &str = "admission.k8s.io/v1";
+/// The only kind of body served.
+const KIND: &str = "AdmissionReview";
 
 /// Parses a body. Errors are the client's (HTTP 400); a kind this endpoint does not judge is
 /// not an error but [`Subject::Unhandled`].
@@ -123,6 +129,11 @@ pub fn decode(endpoint: Endpoint, body: &[u8]) -> Result<Decoded, ReviewError> {
     let api_version = parsed.api_version.unwrap_or_default();
     if api_version != API_VERSION {
         return Err(ReviewError::Version(api_version));
+    }
+    // The response echoes the request's kind: answering a "Foo" with a "Foo" (found by the
+    // admission_review fuzz target) is not an AdmissionReview response.
+    if parsed.kind != KIND {
+        return Err(ReviewError::Kind(parsed.kind));
     }
     let mut request = parsed.request.ok_or(ReviewError::NoRequest)?;
     request.types = TypeMeta {
@@ -414,6 +425,15 @@ mod tests {
                 format!("the body is not an AdmissionReview: expected a JSON object, got {got}")
             );
         }
+        // Found by the admission_review fuzz target: any kind was accepted, and echoed back.
+        let mut other_kind = fixture("machine-delete-by-user.json");
+        other_kind["kind"] = json!("AdmhssionReview");
+        let e = err(&serde_json::to_vec(&other_kind).expect("json"));
+        assert!(
+            matches!(e, ReviewError::Kind(ref k) if k == "AdmhssionReview"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("not \"AdmissionReview\""), "{e}");
         let mut shape = fixture("machine-delete-by-user.json");
         shape["request"]["uid"] = json!(5);
         assert!(matches!(

@@ -173,8 +173,6 @@ pub fn evaluate(args: &CheckArgs) -> anyhow::Result<Report> {
         alarms: args.alarms.as_deref(),
         kcp: args.kcp.as_deref(),
     })?;
-    let cp = loaded.control_plane;
-    let policy = Policy::default();
     let requester = Requester {
         username: args.as_user.clone(),
         groups: args.as_groups.clone(),
@@ -186,11 +184,24 @@ pub fn evaluate(args: &CheckArgs) -> anyhow::Result<Report> {
             .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
             .context("the system clock is before 1970")?,
     };
+    analyse(loaded, &args.what_if, &requester, now)
+}
+
+/// Judges every what-if and the next action on loaded dumps: the analysis of [`evaluate`]
+/// without the files, so that the fuzz targets and property tests reach it with any input.
+pub fn analyse(
+    loaded: dumps::Loaded,
+    what_ifs: &[WhatIf],
+    requester: &Requester,
+    now: i64,
+) -> anyhow::Result<Report> {
+    let cp = loaded.control_plane;
+    let policy = Policy::default();
     let mut verdicts = Vec::new();
-    for w in &args.what_if {
+    for w in what_ifs {
         let op = operation(&cp, w)?;
-        let v = decide(&cp, &op, &requester, &policy, now);
-        verdicts.push(VerdictOut::new(w, &requester, v));
+        let v = decide(&cp, &op, requester, &policy, now);
+        verdicts.push(VerdictOut::new(w, requester, v));
     }
     let next = next_action(&cp, &policy, now);
     Ok(Report::new(&cp, verdicts, &next, loaded.warnings))
