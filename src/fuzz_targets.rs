@@ -164,29 +164,10 @@ pub fn admission_review(data: &[u8]) {
     }
 }
 
-/// The what-ifs `check` is asked on a loaded control plane: delete each Machine, and scale
-/// the KCP to every replica count from 0 to two more than now.
-fn what_ifs(loaded: &dumps::Loaded) -> Vec<WhatIf> {
-    let cp = &loaded.control_plane;
-    let mut out: Vec<WhatIf> = cp
-        .machines
-        .iter()
-        .map(|m| WhatIf::DeleteMachine {
-            name: m.name.clone(),
-        })
-        .collect();
-    let top = cp.kcp.replicas.saturating_add(2).min(9);
-    out.extend((0..=top).map(|replicas| WhatIf::ScaleKcp {
-        name: cp.kcp.name.clone(),
-        replicas,
-    }));
-    out
-}
-
 /// `check`'s analysis of loaded dumps, as a human and as the KCP controller, rendered as text
 /// and as JSON.
 fn check_all(loaded: dumps::Loaded) {
-    let whats = what_ifs(&loaded);
+    let whats = WhatIf::all_for(&loaded.control_plane);
     for who in ["kubernetes-admin", DEFAULT_KCP_CONTROLLER] {
         let requester = Requester::new(who);
         let report = match check::analyse(loaded.clone(), &whats, &requester, 1_800_000_000) {

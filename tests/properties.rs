@@ -1098,20 +1098,7 @@ fn check_dumps(d: &[String; 5], with_optional: [bool; 3]) -> Result<(), TestCase
             return Ok(());
         }
     };
-    let cp = &loaded.control_plane;
-    let mut whats: Vec<WhatIf> = cp
-        .machines
-        .iter()
-        .map(|m| WhatIf::DeleteMachine {
-            name: m.name.clone(),
-        })
-        .collect();
-    whats.extend(
-        (0..=cp.kcp.replicas.saturating_add(2).min(9)).map(|replicas| WhatIf::ScaleKcp {
-            name: cp.kcp.name.clone(),
-            replicas,
-        }),
-    );
+    let whats = WhatIf::all_for(&loaded.control_plane);
     for who in ["kubernetes-admin", DEFAULT_KCP_CONTROLLER] {
         let report = check::analyse(loaded.clone(), &whats, &Requester::new(who), NOW);
         let report = match report {

@@ -89,6 +89,23 @@ pub enum WhatIf {
     ScaleKcp { name: String, replicas: u32 },
 }
 
+impl WhatIf {
+    /// Every what-if worth asking of `cp`: delete each Machine, and scale the KCP to every
+    /// replica count from 0 to two above the current one (at most 9). What the fuzz targets and
+    /// property tests put to [`analyse`], so both exercise every kind of verdict.
+    pub fn all_for(cp: &ControlPlane) -> Vec<WhatIf> {
+        let deletions = cp.machines.iter().map(|m| WhatIf::DeleteMachine {
+            name: m.name.clone(),
+        });
+        let top = cp.kcp.replicas.saturating_add(2).min(9);
+        let scales = (0..=top).map(|replicas| WhatIf::ScaleKcp {
+            name: cp.kcp.name.clone(),
+            replicas,
+        });
+        deletions.chain(scales).collect()
+    }
+}
+
 impl fmt::Display for WhatIf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
