@@ -216,6 +216,9 @@ pub fn spawn_validity_watch(
     let interval = interval.max(MIN_RELOAD_INTERVAL);
     tokio::spawn(async move {
         let mut last: Option<(Validity, Option<ValidityProblem>)> = None;
+        // The pair last judged servable and its validity: an unchanged pair is not rebuilt, only
+        // its validity judged again against the clock.
+        let mut judged: Option<(Snapshot, Validity)> = None;
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -223,12 +226,22 @@ pub fn spawn_validity_watch(
             let Ok(read) = read_pair(&cert, &key).await else {
                 continue;
             };
-            let snapshot = &read.snapshot;
-            if !read.consistent || build(&snapshot.cert, &snapshot.key, &cert, &key).is_err() {
+            if !read.consistent {
                 continue;
             }
-            let Ok(validity) = Validity::of_pem(&snapshot.cert, &cert) else {
-                continue;
+            let validity = match &judged {
+                Some((snapshot, validity)) if *snapshot == read.snapshot => *validity,
+                _ => {
+                    let snapshot = read.snapshot;
+                    if build(&snapshot.cert, &snapshot.key, &cert, &key).is_err() {
+                        continue;
+                    }
+                    let Ok(validity) = Validity::of_pem(&snapshot.cert, &cert) else {
+                        continue;
+                    };
+                    judged = Some((snapshot, validity));
+                    validity
+                }
             };
             let now = crate::certs::unix_secs(std::time::SystemTime::now());
             let seen = (validity, validity.problem(now));
