@@ -36,6 +36,8 @@ fn config(transport: TransportKind) -> SweepConfig {
         deadline: DEADLINE,
         concurrency: 4,
         transport,
+        // Read the Secrets on every sweep: a changed kubeconfig must be used by the next sweep.
+        secret_refresh: Duration::ZERO,
     }
 }
 

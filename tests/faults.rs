@@ -41,6 +41,13 @@ use support::seed::{self, KCP, wait_for};
 use tokio::task::JoinHandle;
 
 const INTERVAL: Duration = Duration::from_millis(300);
+/// How long the guard uses the etcd CA Secret before reading it again (default 5 min).
+const SECRET_REFRESH: Duration = Duration::from_secs(1);
+
+/// The etcd CA Secret of the seeded cluster.
+fn ca_secret_path() -> String {
+    format!("/api/v1/namespaces/{NS}/secrets/test-etcd")
+}
 /// How long the guard may take to follow a change: many probe intervals and probe deadlines,
 /// and well below the 60 s `max_health_age` (so HealthUnknown seen within it comes from knowing
 /// that the probe failed, not from the snapshot ageing out).
@@ -94,12 +101,16 @@ impl Guard {
             Some(id) => kube::Client::try_from(api.kubeconfig_as(id)).expect("client"),
             None => api.client().expect("client"),
         };
-        let config = guard::serve_config(
+        let mut config = guard::serve_config(
             &pki,
             INTERVAL,
             Duration::from_millis(300),
             Some(status_config(identity)),
         );
+        if let Some(sweep) = config.sweep.as_mut() {
+            // The etcd CA Secret is re-read every second (beside the probe), not every 5 min.
+            sweep.secret_refresh = SECRET_REFRESH;
+        }
         let running = server::start(config, client).await.expect("start");
         let g = Guard {
             etcd,
@@ -385,9 +396,15 @@ async fn all_members_unreachable_is_health_unknown_until_they_answer() {
     );
 
     // Published: Unknown, with the last successful probe's time, and no member shown healthy.
+    let reads = g.api.request_count("get", &ca_secret_path());
     let q = g
         .wait_published("ProbeFailed", Some("CheckEtcdHealth"))
         .await;
+    // A failed probe makes the next one read the CA Secret again (a rotated CA is picked up).
+    wait_for("the CA Secret read after failed probes", CONVERGE, || {
+        g.api.request_count("get", &ca_secret_path()) > reads
+    })
+    .await;
     assert_eq!(q["status"], "Unknown");
     let message = q["message"].as_str().expect("message");
     assert!(
@@ -477,17 +494,26 @@ async fn apiserver_errors_slowness_and_dropped_watches() {
     g.etcd.thaw(2);
     g.wait_published("Healthy", Some("None")).await;
 
-    // Slower than the probe deadline: the etcd CA Secret is read within it on every sweep, so no
-    // probe happens. The guard says it does not know rather than repeat the last snapshot.
+    // Slower than the probe deadline (1 s): every re-read of the etcd CA Secret (due each second
+    // here) times out, and the probes go on beside it with the CA read before. Verdicts follow
+    // etcd, never HealthUnknown. (Until 2026-12-03 the Secret was read before every probe, and
+    // this turned every probe into HealthUnknown.)
+    let reads = g.api.request_count("get", &ca_secret_path());
     g.api.set_latency(Duration::from_millis(1200));
-    g.wait_verdict(0, JANE, false, "HealthUnknown").await;
-    let q = g.wait_published("ProbeFailed", None).await;
-    let message = q["message"].as_str().expect("message");
-    assert!(message.contains("reading Secret"), "{message}");
-    assert!(message.contains("last successful probe at "), "{message}");
+    g.etcd.freeze(2);
+    g.wait_verdict(0, KCP_CONTROLLER, false, "WouldLoseQuorum")
+        .await;
+    g.etcd.thaw(2);
+    g.wait_verdict(0, KCP_CONTROLLER, true, "QuorumSafe").await;
+    wait_for("a timed-out re-read of the CA Secret", CONVERGE, || {
+        g.api.request_count("get", &ca_secret_path()) > reads
+    })
+    .await;
+    tokio::time::sleep(SECRET_REFRESH * 2).await;
+    let a = g.delete(0, JANE).await;
+    assert_eq!(a.reason, "BelowDesiredReplicas", "{a:?}");
     g.api.set_latency(Duration::ZERO);
     g.wait_published("Healthy", Some("None")).await;
-    g.wait_verdict(0, KCP_CONTROLLER, true, "QuorumSafe").await;
 
     // Watches dropped, and the KCP changed while they reconnect: decisions follow the change.
     g.api.drop_watches();

@@ -37,6 +37,14 @@ fn config(pki: &TestPki, status: StatusConfig) -> ServeConfig {
 /// `serve` sweeping and publishing without a Lease; volatile figures are not re-published within
 /// a test.
 async fn start_publishing(api: &ApiServer, pki: &TestPki) -> Running {
+    start_publishing_with(api, pki, |_| {}).await
+}
+
+async fn start_publishing_with(
+    api: &ApiServer,
+    pki: &TestPki,
+    tweak: impl FnOnce(&mut ServeConfig),
+) -> Running {
     let status = StatusConfig {
         publish: PublishConfig {
             refresh: Duration::from_secs(3600),
@@ -44,7 +52,9 @@ async fn start_publishing(api: &ApiServer, pki: &TestPki) -> Running {
         },
         lease: None,
     };
-    server::start(config(pki, status), api.client().expect("client"))
+    let mut cfg = config(pki, status);
+    tweak(&mut cfg);
+    server::start(cfg, api.client().expect("client"))
         .await
         .expect("start")
 }
@@ -146,10 +156,19 @@ async fn publishes_member_table_and_next_action() {
     assert_eq!(conditions.len(), 5);
     assert_eq!(Value::Array(conditions[..3].to_vec()), kcp_own_conditions());
 
-    // Steady state: nothing changes, so no write and not even a read of the KCP.
+    // Steady state: nothing changes, so no write and not even a read of the KCP, nor of the
+    // etcd CA Secret (read again only after a failed probe or --etcd-secret-refresh).
     let writes = status_writes(&api, None);
     let reads = api.request_count("get", &status_path());
+    let secret = format!("/api/v1/namespaces/{NS}/secrets/test-etcd");
+    let secret_reads = api.request_count("get", &secret);
+    assert!(secret_reads >= 1, "the CA was read to make the prober");
     tokio::time::sleep(INTERVAL * 4).await;
+    assert_eq!(
+        api.request_count("get", &secret),
+        secret_reads,
+        "no read of the CA Secret while probes succeed"
+    );
     assert_eq!(
         status_writes(&api, None),
         writes,
@@ -581,7 +600,14 @@ async fn a_cluster_not_yet_probed_gets_no_probe_failed() {
     let members = seed::control_plane(&api, &etcd, seed::direct_to(&etcd), one_replica);
     let dir = TempDir::new("first-probe");
     let pki = TestPki::new(dir.path());
-    let running = start_publishing(&api, &pki).await;
+    // Every sweep reads the CA Secret (not only after a failure or the refresh period), so that
+    // holding that read holds the sweep.
+    let running = start_publishing_with(&api, &pki, |cfg| {
+        if let Some(sweep) = cfg.sweep.as_mut() {
+            sweep.secret_refresh = Duration::ZERO;
+        }
+    })
+    .await;
     wait_for("cluster test published", Duration::from_secs(20), || {
         reason(&api, "quorumguard.io/EtcdQuorum").is_some()
     })

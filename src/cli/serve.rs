@@ -135,6 +135,10 @@ pub struct ServeArgs {
     /// annotation.
     #[arg(long, env = "QUORUMGUARD_ETCD_TRANSPORT", value_enum, default_value_t = TransportKind::default())]
     pub etcd_transport: TransportKind,
+    /// How long a cluster's etcd CA Secret (and port-forward kubeconfig Secret) is used before it
+    /// is read again; a failed probe makes the next one read it at once. 0s reads every sweep.
+    #[arg(long, env = "QUORUMGUARD_ETCD_SECRET_REFRESH", default_value = "5m", value_parser = super::duration)]
+    pub etcd_secret_refresh: Duration,
     /// Do not probe etcd (every decision that needs health is then HealthUnknown).
     #[arg(long, env = "QUORUMGUARD_NO_PROBE")]
     pub no_probe: bool,
@@ -198,6 +202,7 @@ impl ServeArgs {
                 deadline: self.probe_timeout,
                 concurrency: self.probe_concurrency,
                 transport: self.etcd_transport,
+                secret_refresh: self.etcd_secret_refresh,
             }),
             status: (!self.no_status).then(|| StatusConfig {
                 publish: PublishConfig {

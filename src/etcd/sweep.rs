@@ -7,7 +7,10 @@
 //! frozen cluster never delays the others past that. Probers (and their etcd clients, and for
 //! the port-forward transport the workload API client and its loopback listeners) are kept per
 //! cluster between sweeps, rebuilt when the cluster's etcd CA, its transport or its workload
-//! kubeconfig changes, and dropped when the cluster is no longer probed.
+//! kubeconfig changes, and dropped when the cluster is no longer probed. The Secrets they are
+//! made from are read again only after a failed probe or [`SweepConfig::secret_refresh`]: at
+//! 1,000 clusters and a 10 s interval, reading them every sweep was ~100 GETs a second, and an
+//! API server slower than the probe deadline failed every probe.
 //!
 //! The transport of a cluster is its [`ETCD_TRANSPORT_ANNOTATION`] when set, else
 //! [`SweepConfig::transport`].
@@ -25,7 +28,7 @@ use kube::{Api, Client};
 
 use super::endpoints::{Transport, TransportKind};
 use super::portforward::{self, PortForward};
-use super::prober::{ClientTls, Prober};
+use super::prober::{ClientTls, Probe, Prober};
 use crate::state::{ClusterState, Key, ProbeTarget};
 
 /// How often and how hard to probe.
@@ -41,6 +44,10 @@ pub struct SweepConfig {
     ///
     /// [`ETCD_TRANSPORT_ANNOTATION`]: super::endpoints::ETCD_TRANSPORT_ANNOTATION
     pub transport: TransportKind,
+    /// How long a cluster's etcd CA (and port-forward kubeconfig) Secret is trusted before it is
+    /// read again. A failed probe also makes the next one read it, so a rotated CA costs at
+    /// most one failed probe; in between, sweeps make no requests to the API server.
+    pub secret_refresh: Duration,
 }
 
 impl Default for SweepConfig {
@@ -50,17 +57,31 @@ impl Default for SweepConfig {
             deadline: Duration::from_secs(2),
             concurrency: 16,
             transport: TransportKind::default(),
+            secret_refresh: Duration::from_secs(300),
         }
     }
 }
 
-/// Per-cluster probers kept between sweeps (so etcd clients are reused), keyed by the hash of
-/// what they were made from: the CA, the transport and, for port-forward, the kubeconfig.
-/// Replacing or dropping a prober closes its port-forward listeners (once in-flight probes,
-/// which hold it too, are done).
+/// A cluster's prober with what it was made from and when that was last read.
+#[derive(Clone)]
+struct Kept {
+    /// Hash of the CA, the transport and, for port-forward, the kubeconfig.
+    hash: u64,
+    kind: TransportKind,
+    prober: Arc<Prober>,
+    /// When its Secrets were last read (and found unchanged, or made into this prober).
+    read_at: Instant,
+    /// Whether its latest probe succeeded: after a failure the Secrets are read again at once,
+    /// so a rotated CA or a moved workload API server costs at most that one failed probe.
+    last_ok: bool,
+}
+
+/// Per-cluster probers kept between sweeps (so etcd clients are reused and the Secrets they are
+/// made from are not read on every sweep). Replacing or dropping a prober closes its
+/// port-forward listeners (once in-flight probes, which hold it too, are done).
 #[derive(Default)]
 pub struct Probers {
-    by_cluster: Mutex<HashMap<Key, (u64, Arc<Prober>)>>,
+    by_cluster: Mutex<HashMap<Key, Kept>>,
 }
 
 impl Probers {
@@ -70,35 +91,53 @@ impl Probers {
             .iter()
             .map(|t| (t.namespace.as_str(), t.cluster.as_str()))
             .collect();
-        let gone: Vec<Arc<Prober>> = {
-            let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
+        let gone: Vec<Kept> = {
+            let mut map = self.lock();
             let stale: Vec<Key> = map
                 .keys()
                 .filter(|(ns, c)| !keep.contains(&(ns.as_str(), c.as_str())))
                 .cloned()
                 .collect();
-            stale
-                .iter()
-                .filter_map(|k| map.remove(k).map(|(_, p)| p))
-                .collect()
+            stale.iter().filter_map(|k| map.remove(k)).collect()
         };
         // Dropped outside the lock: closing listeners is not the map's business.
         drop(gone);
     }
 
-    fn get(&self, key: &Key, ca_hash: u64) -> Option<Arc<Prober>> {
-        let map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(key)
-            .filter(|(h, _)| *h == ca_hash)
-            .map(|(_, p)| p.clone())
+    fn get(&self, key: &Key) -> Option<Kept> {
+        self.lock().get(key).cloned()
     }
 
-    fn put(&self, key: Key, ca_hash: u64, p: Arc<Prober>) {
-        self.by_cluster
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, (ca_hash, p));
+    fn put(&self, key: Key, kept: Kept) {
+        let old = self.lock().insert(key, kept);
+        drop(old);
     }
+
+    /// Records that the Secrets of `key` were read at `at` and still make prober `hash`.
+    fn unchanged(&self, key: &Key, hash: u64, at: Instant) {
+        if let Some(k) = self.lock().get_mut(key).filter(|k| k.hash == hash) {
+            k.read_at = at;
+        }
+    }
+
+    /// Records the outcome of a probe made with prober `hash`.
+    fn probed(&self, key: &Key, hash: u64, ok: bool) {
+        if let Some(k) = self.lock().get_mut(key).filter(|k| k.hash == hash) {
+            k.last_ok = ok;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Kept>> {
+        self.by_cluster.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What a cluster's prober is made from, as read from the management cluster.
+struct Material {
+    ca_cert: String,
+    ca_key: String,
+    kubeconfig: Option<String>,
+    hash: u64,
 }
 
 /// Reads the etcd CA of a cluster from Secret `<cluster>-etcd` (keys tls.crt, tls.key).
@@ -128,6 +167,36 @@ async fn etcd_ca(
             .ok_or_else(|| format!("Secret {}/{name} has no key {k}", t.namespace))
     };
     Ok((field("tls.crt")?, field("tls.key")?))
+}
+
+/// Reads the CA and (for port-forward) the kubeconfig at once, both bounded by `deadline`.
+async fn read_material(
+    client: &Client,
+    t: &ProbeTarget,
+    kind: TransportKind,
+    deadline: Duration,
+) -> Result<Material, String> {
+    let kubeconfig = async {
+        match kind {
+            TransportKind::PortForward => {
+                portforward::read_kubeconfig(client, &t.namespace, &t.cluster, deadline)
+                    .await
+                    .map(Some)
+                    .map_err(|e| e.to_string())
+            }
+            TransportKind::Direct => Ok(None),
+        }
+    };
+    let (ca, kubeconfig) = futures::join!(etcd_ca(client, t, deadline), kubeconfig);
+    let (ca_cert, ca_key) = ca?;
+    let kubeconfig = kubeconfig?;
+    let hash = hash(&ca_cert, &ca_key, kind, kubeconfig.as_deref());
+    Ok(Material {
+        ca_cert,
+        ca_key,
+        kubeconfig,
+        hash,
+    })
 }
 
 fn hash(ca_cert: &str, ca_key: &str, kind: TransportKind, kubeconfig: Option<&str>) -> u64 {
@@ -161,6 +230,125 @@ async fn transport(
     }
 }
 
+/// A prober made from `m`, kept for the cluster of `key` as read at `at`.
+async fn build(
+    probers: &Probers,
+    key: &Key,
+    t: &ProbeTarget,
+    kind: TransportKind,
+    m: &Material,
+    at: Instant,
+) -> Result<Kept, String> {
+    let tls = ClientTls::from_etcd_ca(&m.ca_cert, &m.ca_key, SystemTime::now())
+        .map_err(|e| format!("etcd CA of Cluster {}/{}: {e}", t.namespace, t.cluster))?;
+    let transport = transport(kind, t, m.kubeconfig.as_deref()).await?;
+    let kept = Kept {
+        hash: m.hash,
+        kind,
+        prober: Arc::new(Prober::with_transport(tls, transport)),
+        read_at: at,
+        last_ok: true,
+    };
+    probers.put(key.clone(), kept.clone());
+    Ok(kept)
+}
+
+/// One probe of cluster `t` with `prober`.
+async fn probe_with(
+    prober: &Prober,
+    t: &ProbeTarget,
+    kind: TransportKind,
+    deadline: Duration,
+) -> Result<Probe, String> {
+    if kind == TransportKind::PortForward && t.node_names.is_empty() {
+        return Err(format!(
+            "Cluster {}/{}: no control-plane Machine has a node yet (status.nodeRef): no etcd \
+             pod to port-forward to",
+            t.namespace, t.cluster
+        ));
+    }
+    let endpoints = prober
+        .transport()
+        .list_endpoints(
+            t.endpoints_annotation.as_deref(),
+            &t.internal_ips,
+            &t.node_names,
+        )
+        .map_err(|e| e.to_string())?;
+    prober
+        .probe(&endpoints, deadline)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Probes cluster `t`, reading its Secrets only when they are due: no prober is kept for it,
+/// the latest probe failed, or the last read is older than [`SweepConfig::secret_refresh`].
+/// When a kept prober exists, the read runs beside the probe, so a slow API server never delays
+/// or fails a probe; a changed Secret is used by the same sweep that reads it.
+async fn probe_cluster(
+    client: &Client,
+    probers: &Probers,
+    t: &ProbeTarget,
+    cfg: &SweepConfig,
+) -> Result<Probe, String> {
+    let key = (t.namespace.clone(), t.cluster.clone());
+    let deadline = cfg.deadline;
+    let kind = TransportKind::for_cluster(t.transport_annotation.as_deref(), cfg.transport)
+        .map_err(|e| format!("Cluster {}/{}: {e}", t.namespace, t.cluster))?;
+    let now = Instant::now();
+    let Some(kept) = probers.get(&key).filter(|k| k.kind == kind) else {
+        let m = read_material(client, t, kind, deadline).await?;
+        let kept = build(probers, &key, t, kind, &m, now).await?;
+        let probe = probe_with(&kept.prober, t, kind, deadline).await;
+        probers.probed(&key, kept.hash, probe.is_ok());
+        return probe;
+    };
+    if kept.last_ok && now.duration_since(kept.read_at) < cfg.secret_refresh {
+        let probe = probe_with(&kept.prober, t, kind, deadline).await;
+        probers.probed(&key, kept.hash, probe.is_ok());
+        return probe;
+    }
+    let (read, probe) = futures::join!(
+        read_material(client, t, kind, deadline),
+        probe_with(&kept.prober, t, kind, deadline)
+    );
+    let probe = match read {
+        Ok(m) if m.hash == kept.hash => {
+            probers.unchanged(&key, kept.hash, now);
+            probe
+        }
+        Ok(m) => {
+            tracing::info!(
+                namespace = %t.namespace, cluster = %t.cluster,
+                "the etcd CA or workload kubeconfig Secret changed: probing with it"
+            );
+            match build(probers, &key, t, kind, &m, now).await {
+                Ok(kept) => {
+                    let probe = probe_with(&kept.prober, t, kind, deadline).await;
+                    probers.probed(&key, kept.hash, probe.is_ok());
+                    return probe;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        namespace = %t.namespace, cluster = %t.cluster, error = %e,
+                        "the changed etcd Secrets are unusable: probing with those read before"
+                    );
+                    probe.map_err(|p| format!("{p} (and the changed Secret is unusable: {e})"))
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(
+                namespace = %t.namespace, cluster = %t.cluster, error = %e,
+                "re-reading the etcd Secrets failed: probing with those read before"
+            );
+            probe.map_err(|p| format!("{p} (and {e})"))
+        }
+    };
+    probers.probed(&key, kept.hash, probe.is_ok());
+    probe
+}
+
 /// Probes one cluster and records the outcome in `state`.
 async fn sweep_one(
     client: &Client,
@@ -169,63 +357,7 @@ async fn sweep_one(
     t: ProbeTarget,
     cfg: &SweepConfig,
 ) {
-    let key = (t.namespace.clone(), t.cluster.clone());
-    let deadline = cfg.deadline;
-    let outcome: Result<_, String> = async {
-        let kind = TransportKind::for_cluster(t.transport_annotation.as_deref(), cfg.transport)
-            .map_err(|e| format!("Cluster {}/{}: {e}", t.namespace, t.cluster))?;
-        // The CA and (for port-forward) the kubeconfig, read at once: both bounded by the
-        // deadline.
-        let kubeconfig = async {
-            match kind {
-                TransportKind::PortForward => {
-                    portforward::read_kubeconfig(client, &t.namespace, &t.cluster, deadline)
-                        .await
-                        .map(Some)
-                        .map_err(|e| e.to_string())
-                }
-                TransportKind::Direct => Ok(None),
-            }
-        };
-        let (ca, kubeconfig) = futures::join!(etcd_ca(client, &t, deadline), kubeconfig);
-        let (ca_cert, ca_key) = ca?;
-        let kubeconfig = kubeconfig?;
-        let h = hash(&ca_cert, &ca_key, kind, kubeconfig.as_deref());
-        let prober = match probers.get(&key, h) {
-            Some(p) => p,
-            None => {
-                let tls =
-                    ClientTls::from_etcd_ca(&ca_cert, &ca_key, SystemTime::now()).map_err(|e| {
-                        format!("etcd CA of Cluster {}/{}: {e}", t.namespace, t.cluster)
-                    })?;
-                let transport = transport(kind, &t, kubeconfig.as_deref()).await?;
-                let p = Arc::new(Prober::with_transport(tls, transport));
-                probers.put(key.clone(), h, p.clone());
-                p
-            }
-        };
-        if kind == TransportKind::PortForward && t.node_names.is_empty() {
-            return Err(format!(
-                "Cluster {}/{}: no control-plane Machine has a node yet (status.nodeRef): no \
-                 etcd pod to port-forward to",
-                t.namespace, t.cluster
-            ));
-        }
-        let endpoints = prober
-            .transport()
-            .list_endpoints(
-                t.endpoints_annotation.as_deref(),
-                &t.internal_ips,
-                &t.node_names,
-            )
-            .map_err(|e| e.to_string())?;
-        prober
-            .probe(&endpoints, deadline)
-            .await
-            .map_err(|e| e.to_string())
-    }
-    .await;
-    match outcome {
+    match probe_cluster(client, probers, &t, cfg).await {
         Ok(probe) => {
             tracing::debug!(
                 namespace = %t.namespace, cluster = %t.cluster,

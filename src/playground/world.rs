@@ -854,6 +854,7 @@ fn serve_config(options: &WorldOptions, certs: &WebhookCerts) -> ServeConfig {
             deadline: options.probe_deadline,
             concurrency: 4,
             transport: TransportKind::Direct,
+            ..SweepConfig::default()
         }),
         status: Some(StatusConfig {
             publish: PublishConfig::default(),

@@ -50,6 +50,7 @@ pub fn serve_config(
             deadline: Duration::from_secs(1),
             concurrency: 4,
             transport: TransportKind::Direct,
+            ..SweepConfig::default()
         }),
         status,
     }
