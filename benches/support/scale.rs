@@ -509,14 +509,15 @@ pub async fn run(o: &ScaleOptions, progress: impl Fn(&str)) -> Result<Figures> {
         rounds: 1,
     };
     let load = {
-        let (phase, stop, api) = (phase.clone(), stop.clone(), api.clone());
-        let (addr, pki) = (guard.addr, pki.clone());
+        let (phase, stop) = (phase.clone(), stop.clone());
+        let (addr, admin, pki) = (guard.addr, guard.admin, pki.clone());
         tokio::spawn(async move {
             let mut slices = Vec::new();
             while !stop.load(Ordering::SeqCst) {
-                let (p, reads) = (phase.load(Ordering::SeqCst), ca_reads(&api));
+                let (p, (started, ended)) = (phase.load(Ordering::SeqCst), sweeps(admin).await);
                 let report = drive_at(addr, &pki, Target::Quorumguard, &slice_opts).await;
-                let sweeping = ca_reads(&api) > reads;
+                // Running at the start, or started during the slice.
+                let sweeping = started > ended || sweeps(admin).await.0 > started;
                 if phase.load(Ordering::SeqCst) != p {
                     continue; // straddles the end of the first cycle: neither
                 }
@@ -639,12 +640,14 @@ struct Cycles {
     publish: Duration,
 }
 
-/// Reads [`Cycles`] from the guard's /metrics (zero when it does not answer).
-async fn cycles(admin: SocketAddr) -> Cycles {
-    let Ok((_, body)) = try_get_plain(admin, "/metrics").await else {
-        return Cycles::default();
-    };
-    let value = |name: &str| {
+/// The guard's /metrics as a lookup of unlabelled values (0 for a missing one, or when the guard
+/// does not answer).
+async fn metrics(admin: SocketAddr) -> impl Fn(&str) -> f64 {
+    let body = try_get_plain(admin, "/metrics")
+        .await
+        .map(|(_, body)| body)
+        .unwrap_or_default();
+    move |name: &str| {
         body.lines()
             .find_map(|l| {
                 l.strip_prefix(name)?
@@ -654,7 +657,12 @@ async fn cycles(admin: SocketAddr) -> Cycles {
                     .ok()
             })
             .unwrap_or(0.0)
-    };
+    }
+}
+
+/// Reads [`Cycles`] from the guard's /metrics (zero when it does not answer).
+async fn cycles(admin: SocketAddr) -> Cycles {
+    let value = metrics(admin).await;
     Cycles {
         count: value("quorumguard_sweep_seconds_count") as u64,
         sweep: Duration::from_secs_f64(value("quorumguard_sweep_seconds_sum")),
@@ -662,12 +670,14 @@ async fn cycles(admin: SocketAddr) -> Cycles {
     }
 }
 
-/// etcd CA Secret reads so far: one per cluster per sweep.
-fn ca_reads(api: &ApiServer) -> usize {
-    api.requests()
-        .iter()
-        .filter(|r| r.verb == "get" && r.path.contains("/secrets/"))
-        .count()
+/// The guard's sweeps started and enricher cycles ended so far: a sweep (or its publication) is
+/// running when the first is ahead.
+async fn sweeps(admin: SocketAddr) -> (u64, u64) {
+    let value = metrics(admin).await;
+    (
+        value("quorumguard_sweeps_started_total") as u64,
+        value("quorumguard_sweep_seconds_count") as u64,
+    )
 }
 
 /// The table the bench prints.

@@ -92,6 +92,7 @@ pub struct EnricherMetrics {
     probe_duration: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
     probe_seconds: Histogram,
     sweep_seconds: Histogram,
+    sweeps_started: Counter,
     publish_seconds: Histogram,
     probe_failures: Family<ClusterLabels, Counter>,
     members: Family<MemberLabels, Gauge>,
@@ -114,6 +115,7 @@ impl EnricherMetrics {
             probe_duration: Family::default(),
             probe_seconds: Histogram::new(DURATION_BUCKETS),
             sweep_seconds: Histogram::new(CYCLE_BUCKETS),
+            sweeps_started: Counter::default(),
             publish_seconds: Histogram::new(CYCLE_BUCKETS),
             probe_failures: Family::default(),
             members: Family::default(),
@@ -145,6 +147,12 @@ impl EnricherMetrics {
                  publication is over: a sweep near --probe-interval means the fleet outgrows it",
                 Unit::Seconds,
                 m.sweep_seconds.clone(),
+            );
+            reg.register(
+                "sweeps_started",
+                "Sweeps started: ahead of sweep_seconds' count while a sweep or its publication \
+                 runs",
+                m.sweeps_started.clone(),
             );
             reg.register_with_unit(
                 "status_publish",
@@ -186,6 +194,11 @@ impl EnricherMetrics {
             );
         });
         m
+    }
+
+    /// Records that a sweep begins.
+    pub fn sweep_started(&self) {
+        self.sweeps_started.inc();
     }
 
     /// Records one enricher cycle: how long its sweep took and, when this replica publishes, its

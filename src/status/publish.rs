@@ -500,6 +500,7 @@ pub async fn enrich(
         // guard's own ignorance for a probe interval (tests/crash_safety.rs saw it).
         let synced = state.all_synced();
         if synced {
+            metrics.sweep_started();
             sweep_once(&client, &state, &sweep, &probers).await;
         }
         let swept = started.elapsed();
