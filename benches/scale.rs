@@ -6,7 +6,7 @@
 //!
 //! Run: `cargo bench --bench scale`. Settings: `-- --kcps 1000 --etcd-clusters 2 --members 3
 //! --probe-interval 10s --probe-concurrency 16 --concurrency 8 --connections 2 --slice 500ms
-//! --bound 10m`; `-- --smoke` is 5 KCPs on one single-member etcd with a 1 s interval (what
+//! --bound 10m --etcd-nice 0`; `-- --smoke` is 5 KCPs on one single-member etcd with a 1 s interval (what
 //! tests/scale.rs runs).
 //!
 //! The guard is a child process (the `quorumguard` binary of the same profile), so the RSS and
