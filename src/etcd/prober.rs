@@ -9,7 +9,10 @@
 //! - **One client per endpoint.** A client given several endpoints load-balances among them, so
 //!   a per-member status could come from another member. Clients are kept between probes (the
 //!   status enricher sweeps every few seconds) and dropped after any failed call, so the next
-//!   probe reconnects.
+//!   probe reconnects. Each runs on a lean channel of its own, one HTTP/2 connection sharing
+//!   the cluster's TLS configuration ([`super::channel`]): the enricher keeps three per workload
+//!   cluster, so what a kept client costs is most of the guard's memory. A kept client whose
+//!   connection the member closed (a restart) is replaced before it is used.
 //! - **Member list once, from any member that answers.** Endpoints are asked in turn; a slow one
 //!   gets a head start of a fraction of the deadline before the next is asked too, so one frozen
 //!   endpoint cannot eat the whole budget. A learner refuses the member list ("rpc not supported
