@@ -248,7 +248,9 @@ pub async fn probe(
 pub struct Prober {
     tls: ClientTls,
     transport: Transport,
-    clients: Mutex<HashMap<String, Kept>>,
+    /// Boxed: an etcd-client `Client` is several KiB inline (one channel handle per gRPC
+    /// service), and a map keeps spare slots.
+    clients: Mutex<HashMap<String, Box<Kept>>>,
 }
 
 /// A kept client and the one connection under it (see [`super::channel`]).
@@ -675,7 +677,7 @@ impl Prober {
         let mut clients = self.lock();
         let kept = clients
             .entry(url.to_string())
-            .or_insert(Kept { client, channel });
+            .or_insert_with(|| Box::new(Kept { client, channel }));
         Ok(kept.client.clone())
     }
 
@@ -683,7 +685,7 @@ impl Prober {
         self.lock().remove(url);
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Kept>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Box<Kept>>> {
         self.clients.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
