@@ -2,21 +2,118 @@
 //! and with one member frozen (SIGSTOP), repeated; prints min/median/max against the targets.
 //!
 //! Run: `cargo bench --bench prober` (needs `etcd`, `etcdctl` and `openssl` on PATH, as the
-//! tests do; `scripts/test.sh` installs them). Settings: `-- --runs 20 --deadline 1s`, or
-//! `QG_PROBER_RUNS`, `QG_PROBER_DEADLINE`.
+//! tests do; `scripts/test.sh` installs them). Settings: `-- --runs 20 --deadline 1s --probers
+//! 300`, or `QG_PROBER_RUNS`, `QG_PROBER_DEADLINE`, `QG_PROBER_PROBERS`.
 //!
 //! A probe is what the sweep does for each cluster: the member list, then every member's status
 //! and health in parallel, all under one deadline. "Kept clients" is the sweep's steady state
 //! (one client per member kept between sweeps); "new clients" is the first sweep after a start or
 //! a CA change (every connection dialled and TLS-handshaken inside the probe). The frozen member
 //! is a follower: freezing the leader also costs an election, which is etcd's time, not ours.
+//!
+//! Memory (issue 6, part 4): what one kept prober costs, as the sweep keeps one per workload
+//! cluster between sweeps: `--probers` probers, each with its own TLS material signed with the
+//! etcd CA (as the sweep makes per cluster) and its three kept connections, all to the same
+//! cluster. Reported per prober: the growth of the process's RSS and of its live heap (counted by
+//! this binary's allocator), after one probe each and again after a second.
 
-use std::time::{Duration, Instant};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use quorumguard::engine::Health;
-use quorumguard::etcd::{Probe, Prober};
+use quorumguard::etcd::{ClientTls, Probe, Prober};
 use quorumguard::playground::etcd::EtcdCluster;
+
+mod support;
+
+/// The system allocator, counting the bytes live: the heap a kept prober holds, without the
+/// allocator's own slack that RSS includes.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call is passed on unchanged to the system allocator; only a counter is added.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn rss_kib() -> f64 {
+    support::load::rss_kib() as f64
+}
+
+fn live_kib() -> f64 {
+    LIVE.load(Ordering::Relaxed) as f64 / 1024.0
+}
+
+/// Memory per kept prober: RSS and live heap growth, KiB, after one probe each and after two.
+struct Memory {
+    probers: usize,
+    rss: [f64; 2],
+    live: [f64; 2],
+}
+
+/// Makes `n` probers as the sweep does (one per cluster, each with its own client certificate
+/// signed with the etcd CA), probes through each twice, and measures what they hold.
+fn memory(
+    rt: &tokio::runtime::Runtime,
+    cluster: &EtcdCluster,
+    n: usize,
+    deadline: Duration,
+) -> Result<Memory> {
+    let endpoints = cluster.endpoints();
+    let (rss0, live0) = (rss_kib(), live_kib());
+    let mut kept = Vec::with_capacity(n);
+    let mut after = [(0.0, 0.0); 2];
+    for (round, after) in after.iter_mut().enumerate() {
+        for i in 0..n {
+            if round == 0 {
+                let tls = ClientTls::from_etcd_ca(
+                    &cluster.pki.ca_cert_pem,
+                    &cluster.pki.ca_key_pem,
+                    SystemTime::now(),
+                )?;
+                kept.push(Prober::new(tls));
+            }
+            let p = rt
+                .block_on(kept[i].probe(&endpoints, deadline))
+                .with_context(|| format!("prober {i}, probe {}", round + 1))?;
+            if p.members.len() != 3 || kept[i].cached_endpoints().len() != 3 {
+                bail!("prober {i} does not keep 3 clients: {p:?}");
+            }
+        }
+        *after = (rss_kib() - rss0, live_kib() - live0);
+    }
+    let per = |v: f64| v / n as f64;
+    Ok(Memory {
+        probers: n,
+        rss: [per(after[0].0), per(after[1].0)],
+        live: [per(after[0].1), per(after[1].1)],
+    })
+}
 
 /// What one scenario measured, sorted, in milliseconds.
 struct Row {
@@ -36,6 +133,7 @@ fn main() -> Result<()> {
             .or_else(|| std::env::var(format!("QG_PROBER_{}", name.to_uppercase())).ok())
     };
     let runs: usize = setting("runs").map_or(Ok(20), |v| v.parse())?;
+    let probers: usize = setting("probers").map_or(Ok(300), |v| v.parse())?;
     let deadline = setting("deadline").map_or(Ok(Duration::from_secs(1)), |v| {
         humantime::parse_duration(&v)
     })?;
@@ -60,18 +158,21 @@ fn main() -> Result<()> {
     let all: Vec<&str> = names.iter().map(String::as_str).collect();
 
     // Settle: every member healthy through the kept prober.
-    let settle = Instant::now() + Duration::from_secs(15);
-    let first = loop {
-        if let Ok(p) = rt.block_on(kept.probe(&endpoints, deadline))
-            && healthy(&p, &all)
-        {
-            break p;
+    let settle = || -> Result<Probe> {
+        let until = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(p) = rt.block_on(kept.probe(&endpoints, deadline))
+                && healthy(&p, &all)
+            {
+                return Ok(p);
+            }
+            if Instant::now() > until {
+                bail!("the cluster did not become healthy within 15 s");
+            }
+            std::thread::sleep(Duration::from_millis(200));
         }
-        if Instant::now() > settle {
-            bail!("the cluster did not become healthy within 15 s");
-        }
-        std::thread::sleep(Duration::from_millis(200));
     };
+    let first = settle()?;
     let follower = first
         .members
         .iter()
@@ -121,6 +222,10 @@ fn main() -> Result<()> {
     rows.push(measure("1 frozen, kept clients", frozen_target, false, &up));
     rows.push(measure("1 frozen, new clients", frozen_target, true, &up));
     cluster.thaw(follower)?;
+    // Memory last, once every member is healthy again, so that its 900 connections do not
+    // disturb the timings.
+    settle()?;
+    let mem = memory(&rt, &cluster, probers, deadline)?;
 
     println!(
         "etcd prober: 3-member etcd {} over TLS on 127.0.0.1, {runs} probes each, deadline {}\n",
@@ -154,6 +259,17 @@ fn main() -> Result<()> {
     );
     if missed {
         println!("(a target was missed: see the max column)");
+    }
+    println!(
+        "\nmemory per kept prober (3 TLS connections, its own client certificate), {} probers:",
+        mem.probers
+    );
+    println!("{:<24} {:>12} {:>14}", "", "RSS KiB", "live heap KiB");
+    for (i, when) in ["after 1 probe each", "after 2 probes each"]
+        .iter()
+        .enumerate()
+    {
+        println!("{when:<24} {:>12.1} {:>14.1}", mem.rss[i], mem.live[i]);
     }
     Ok(())
 }

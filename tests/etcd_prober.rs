@@ -303,6 +303,33 @@ fn killed_member_is_unhealthy_with_the_connection_error() {
     );
 }
 
+/// A kept connection to a member that restarted has been closed by etcd: the prober notices
+/// that before using it and dials again, so the first probe after the restart already sees the
+/// member healthy (no failed call, no warning).
+#[test]
+fn a_restarted_member_is_redialled_without_a_failed_probe() {
+    let mut cluster = EtcdCluster::start(3);
+    let rt = support::etcd::runtime();
+    let prober = Prober::new(cluster.client_tls());
+    let (_, restarted) = healthy_follower(&rt, &prober, &cluster);
+    assert_eq!(
+        prober.cached_endpoints().len(),
+        3,
+        "one client kept per member"
+    );
+
+    cluster.kill(restarted);
+    cluster.start_member(restarted);
+    cluster.wait_healthy((0..3).collect());
+    let endpoints = cluster.endpoints();
+    let p = probe_once(&rt, &prober, &endpoints);
+    eprintln!("{}", show(&p));
+    let names: Vec<&str> = (0..3).map(|i| cluster.name(i)).collect();
+    assert!(all_healthy(&p, &names), "{}", show(&p));
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    assert_eq!(prober.cached_endpoints().len(), 3);
+}
+
 #[test]
 fn removed_member_is_gone_from_the_list() {
     let mut cluster = EtcdCluster::start(3);

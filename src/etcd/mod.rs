@@ -1,5 +1,8 @@
 //! Reading a workload cluster's etcd — never writing to it.
 //!
+//! - [`channel`]: the lean gRPC channel to one member (TCP, TLS with the cluster's one shared
+//!   configuration, HTTP/2) under each kept etcd client: a few KiB instead of tonic's balanced
+//!   channel, as the enricher keeps three per workload cluster.
 //! - [`certs`]: a client certificate signed with the cluster's etcd CA, as KCP does.
 //! - [`endpoints`]: where to reach etcd ([`Transport`], [`endpoints_for`]).
 //! - [`portforward`]: the port-forward transport, through the workload cluster's API server to
@@ -11,12 +14,14 @@
 //! [`Member`]: crate::engine::model::Member
 
 pub mod certs;
+pub mod channel;
 pub mod endpoints;
 pub mod portforward;
 pub mod prober;
 pub mod sweep;
 
 pub use certs::{CertError, ClientCert, sign_client_cert};
+pub use channel::ChannelError;
 pub use endpoints::{
     ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION, PORT_FORWARD_TLS_NAME, Transport,
     TransportKind, UnknownTransport, endpoints_for,

@@ -9,7 +9,10 @@
 //! - **One client per endpoint.** A client given several endpoints load-balances among them, so
 //!   a per-member status could come from another member. Clients are kept between probes (the
 //!   status enricher sweeps every few seconds) and dropped after any failed call, so the next
-//!   probe reconnects.
+//!   probe reconnects. Each runs on a lean channel of its own, one HTTP/2 connection sharing
+//!   the cluster's TLS configuration ([`super::channel`]): the enricher keeps three per workload
+//!   cluster, so what a kept client costs is most of the guard's memory. A kept client whose
+//!   connection the member closed (a restart) is replaced before it is used.
 //! - **Member list once, from any member that answers.** Endpoints are asked in turn; a slow one
 //!   gets a head start of a fraction of the deadline before the next is asked too, so one frozen
 //!   endpoint cannot eat the whole budget. A learner refuses the member list ("rpc not supported
@@ -30,21 +33,21 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use etcd_client::{
-    AlarmAction, AlarmType, Certificate, Client, ConnectOptions, Identity, StatusResponse,
-    TlsOptions,
-};
+use etcd_client::{AlarmAction, AlarmType, Client, StatusResponse};
 use futures::future::{Either, join_all, select};
 use futures::stream::{FuturesUnordered, StreamExt};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore};
 use thiserror::Error;
 use tokio::time::{Instant, sleep_until, timeout_at};
+use tower::util::BoxCloneSyncService;
 
 use super::certs::{self, CertError};
+use super::channel::{Channel, chain};
 use super::endpoints::Transport;
 use crate::engine::model::{Alarm, Health, Member, MemberId};
 
@@ -57,13 +60,21 @@ const HEDGE_SHARE: u32 = 8;
 /// The shortest head start, so that short deadlines do not ask every endpoint at once.
 const MIN_HEDGE: Duration = Duration::from_millis(50);
 
+/// How many TLS sessions a cluster's client configuration remembers for resumption: enough for
+/// its members (a redial after a restart), far fewer than rustls' default of 256, whose cache
+/// alone is 14 KiB per configuration.
+const TLS_SESSIONS: usize = 8;
+
 /// TLS material for etcd's client port: the CA that signed the serving certificates, and a
 /// client certificate that CA accepts (etcd runs with `--client-cert-auth`).
+///
+/// Holds the rustls configuration built from it, once: every connection of the cluster (and
+/// every clone) shares it, instead of parsing the PEM and building a configuration per member.
 #[derive(Clone)]
 pub struct ClientTls {
     ca_pem: String,
     cert_pem: String,
-    key_pem: String,
+    config: Arc<ClientConfig>,
 }
 
 impl fmt::Debug for ClientTls {
@@ -81,6 +92,8 @@ pub enum TlsError {
     Pem { what: &'static str, problem: String },
     #[error(transparent)]
     Sign(#[from] CertError),
+    #[error("etcd TLS material: {0} (does the client key belong to the client certificate?)")]
+    Config(rustls::Error),
 }
 
 impl ClientTls {
@@ -91,11 +104,7 @@ impl ClientTls {
         cert_pem: impl Into<String>,
         key_pem: impl Into<String>,
     ) -> Result<Self, TlsError> {
-        let tls = ClientTls {
-            ca_pem: ca_pem.into(),
-            cert_pem: cert_pem.into(),
-            key_pem: key_pem.into(),
-        };
+        let (ca_pem, cert_pem, key_pem) = (ca_pem.into(), cert_pem.into(), key_pem.into());
         let pem = |what: &'static str| {
             move |e: rustls::pki_types::pem::Error| TlsError::Pem {
                 what,
@@ -105,12 +114,46 @@ impl ClientTls {
                 },
             }
         };
-        CertificateDer::from_pem_slice(tls.ca_pem.as_bytes())
+        let cas = CertificateDer::pem_slice_iter(ca_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
             .map_err(pem("etcd CA certificate"))?;
-        CertificateDer::from_pem_slice(tls.cert_pem.as_bytes())
+        if cas.is_empty() {
+            return Err(pem("etcd CA certificate")(
+                rustls::pki_types::pem::Error::NoItemsFound,
+            ));
+        }
+        let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
             .map_err(pem("etcd client certificate"))?;
-        PrivateKeyDer::from_pem_slice(tls.key_pem.as_bytes()).map_err(pem("etcd client key"))?;
-        Ok(tls)
+        if certs.is_empty() {
+            return Err(pem("etcd client certificate")(
+                rustls::pki_types::pem::Error::NoItemsFound,
+            ));
+        }
+        let key =
+            PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(pem("etcd client key"))?;
+        let mut roots = RootCertStore::empty();
+        let (_, unusable) = roots.add_parsable_certificates(cas);
+        if roots.is_empty() {
+            return Err(TlsError::Pem {
+                what: "etcd CA certificate",
+                problem: format!("none of its {unusable} certificate(s) can be used as a CA"),
+            });
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(TlsError::Config)?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(certs, key)
+            .map_err(TlsError::Config)?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        config.resumption = rustls::client::Resumption::in_memory_sessions(TLS_SESSIONS);
+        Ok(ClientTls {
+            ca_pem,
+            cert_pem,
+            config: Arc::new(config),
+        })
     }
 
     /// From the etcd CA (Secret `<cluster>-etcd`): a new client certificate signed with it (see
@@ -135,16 +178,9 @@ impl ClientTls {
         &self.cert_pem
     }
 
-    /// Verifies the serving certificate against the CA for the URL's host, or for `name` when
-    /// given (see [`super::PORT_FORWARD_TLS_NAME`] for why the port-forward transport does).
-    fn options(&self, name: Option<&str>) -> TlsOptions {
-        let options = TlsOptions::new()
-            .ca_certificate(Certificate::from_pem(&self.ca_pem))
-            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem));
-        match name {
-            Some(name) => options.domain_name(name),
-            None => options,
-        }
+    /// The rustls configuration every connection with this material uses.
+    fn config(&self) -> Arc<ClientConfig> {
+        self.config.clone()
     }
 }
 
@@ -212,7 +248,15 @@ pub async fn probe(
 pub struct Prober {
     tls: ClientTls,
     transport: Transport,
-    clients: Mutex<HashMap<String, Client>>,
+    /// Boxed: an etcd-client `Client` is several KiB inline (one channel handle per gRPC
+    /// service), and a map keeps spare slots.
+    clients: Mutex<HashMap<String, Box<Kept>>>,
+}
+
+/// A kept client and the one connection under it (see [`super::channel`]).
+struct Kept {
+    client: Client,
+    channel: Channel,
 }
 
 impl fmt::Debug for Prober {
@@ -603,26 +647,45 @@ impl Prober {
             .unwrap_or(error)
     }
 
-    /// The cached client of `url`, or a new one (connect bounded by `until`).
+    /// The kept client of `url`, or a new one (dialled by `until`). A kept client whose
+    /// connection has ended (the member restarted, or closed it) is replaced before use, so the
+    /// restart does not cost this probe a failed call.
     async fn client(
         &self,
         url: &str,
         until: Instant,
         timeout_text: &str,
     ) -> Result<Client, String> {
-        if let Some(c) = self.lock().get(url) {
-            return Ok(c.clone());
+        {
+            let mut clients = self.lock();
+            match clients.get(url) {
+                Some(kept) if !kept.channel.is_closed() => return Ok(kept.client.clone()),
+                Some(_) => {
+                    clients.remove(url);
+                }
+                None => {}
+            }
         }
-        let options = ConnectOptions::new().with_tls(self.tls.options(self.transport.tls_name()));
-        let client = call(until, timeout_text, Client::connect([url], Some(options))).await?;
-        Ok(self.lock().entry(url.to_string()).or_insert(client).clone())
+        let connect = Channel::connect(url, self.tls.config(), self.transport.tls_name());
+        let channel = match timeout_at(until, connect).await {
+            Ok(Ok(channel)) => channel,
+            Ok(Err(e)) => return Err(chain(&e)),
+            Err(_) => return Err(timeout_text.to_string()),
+        };
+        let raw = etcd_client::Channel::Custom(BoxCloneSyncService::new(channel.clone()));
+        let client = call(until, timeout_text, Client::from_channel(raw, None)).await?;
+        let mut clients = self.lock();
+        let kept = clients
+            .entry(url.to_string())
+            .or_insert_with(|| Box::new(Kept { client, channel }));
+        Ok(kept.client.clone())
     }
 
     fn evict(&self, url: &str) {
         self.lock().remove(url);
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Client>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Box<Kept>>> {
         self.clients.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
