@@ -1,5 +1,6 @@
-//! Criterion benchmarks of the decision core (issue 6, part 1): a Machine-deletion decision and a
-//! next-action computation on 3-, 5- and 7-member control planes, and the whole review path for a
+//! Criterion benchmarks of the decision core (issue 6, part 1): a Machine-deletion decision (the
+//! whole verdict, and the webhook's `admit_deletion`) and a next-action computation on 3-, 5- and
+//! 7-member control planes, and the whole review path for a
 //! real-sized (10 KB) Machine DELETE AdmissionReview: parse, decide, serialize the response.
 //!
 //! Run: `cargo bench --bench core` (targets: a decision under 2 µs; parse + decide + serialize
@@ -16,7 +17,7 @@ use quorumguard::capi::{parse_cluster, parse_kcp, parse_machine};
 use quorumguard::engine::model::{
     Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology, Health, Kcp, Machine, Member,
 };
-use quorumguard::engine::{Operation, Policy, Requester, decide, next_action};
+use quorumguard::engine::{Operation, Policy, Requester, admit_deletion, decide, next_action};
 use quorumguard::state::{ClusterState, Object};
 use quorumguard::telemetry::Metrics;
 use serde_json::{Value, json};
@@ -80,6 +81,12 @@ fn decisions(c: &mut Criterion) {
         let op = Operation::DeleteMachine(cp.machines[n - 1].clone());
         g.bench_with_input(BenchmarkId::new("delete_machine", n), &cp, |b, cp| {
             b.iter(|| decide(black_box(cp), black_box(&op), &kcp, &policy, NOW))
+        });
+        // The webhook's decision: the same verdict, without the next action an allowed one
+        // does not show.
+        let m = &cp.machines[n - 1];
+        g.bench_with_input(BenchmarkId::new("admit_delete_machine", n), &cp, |b, cp| {
+            b.iter(|| admit_deletion(black_box(cp), black_box(m), &kcp, &policy, NOW))
         });
         g.bench_with_input(BenchmarkId::new("next_action", n), &cp, |b, cp| {
             b.iter(|| next_action(black_box(cp), &policy, NOW))

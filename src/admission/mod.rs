@@ -20,7 +20,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 
 use crate::engine::{
-    ANNOTATION_BREAK_GLASS, OnUnknownHealth, Operation, Policy, Reason, Verdict, decide,
+    ANNOTATION_BREAK_GLASS, Judgement, Machine, OnUnknownHealth, Operation, Policy, Reason, admit,
+    admit_deletion,
 };
 use crate::state::{ClusterState, Lookup};
 use crate::telemetry::Metrics;
@@ -45,7 +46,8 @@ pub struct Webhook {
 pub struct Outcome {
     pub allowed: bool,
     pub reason: String,
-    pub verdict: Option<Verdict>,
+    /// The engine's answer ([`admit`]: a denial's message ends with the next safe action).
+    pub verdict: Option<Judgement>,
 }
 
 impl Webhook {
@@ -85,7 +87,7 @@ impl Webhook {
     pub fn judge(&self, d: &Decoded) -> Outcome {
         let now = Instant::now();
         let now_unix = crate::unix_now();
-        let (kcp_name, op) = match &d.subject {
+        let (kcp_name, ask) = match &d.subject {
             Subject::Unhandled(_) => {
                 return Outcome {
                     allowed: true,
@@ -97,7 +99,7 @@ impl Webhook {
                 let Some(kcp) = machine.control_plane_name.clone() else {
                     return unguarded();
                 };
-                (kcp, Operation::DeleteMachine(machine.machine.clone()))
+                (kcp, Ask::Delete(&machine.machine))
             }
             Subject::KcpUpdate {
                 kcp,
@@ -107,11 +109,11 @@ impl Webhook {
                 ..
             } => (
                 kcp.clone(),
-                Operation::UpdateKcp {
+                Ask::Update(Operation::UpdateKcp {
                     replicas_from: *from,
                     replicas_to: *to,
                     starts_rollout: *starts_rollout,
-                },
+                }),
             ),
         };
         let key = (d.namespace.clone(), kcp_name);
@@ -134,9 +136,9 @@ impl Webhook {
             cp.kcp = k.kcp.clone();
         }
         reservations.apply(&key, &mut cp, now, &self.state);
-        let verdict = match &op {
-            Operation::DeleteMachine(m) if !d.dry_run => {
-                let verdict = decide(&cp, &op, &d.requester, &self.policy, now_unix);
+        let verdict = match ask {
+            Ask::Delete(m) if !d.dry_run => {
+                let verdict = admit_deletion(&cp, m, &d.requester, &self.policy, now_unix);
                 let reserves =
                     !verdict.reason.is_unconditional() || verdict.reason == Reason::BreakGlass;
                 if verdict.allowed && reserves {
@@ -145,9 +147,13 @@ impl Webhook {
                 drop(reservations);
                 verdict
             }
-            _ => {
+            Ask::Delete(m) => {
                 drop(reservations);
-                decide(&cp, &op, &d.requester, &self.policy, now_unix)
+                admit_deletion(&cp, m, &d.requester, &self.policy, now_unix)
+            }
+            Ask::Update(op) => {
+                drop(reservations);
+                admit(&cp, &op, &d.requester, &self.policy, now_unix)
             }
         };
         if !d.dry_run && (!verdict.allowed || verdict.reason == Reason::BreakGlass) {
@@ -169,7 +175,7 @@ impl Webhook {
         }
     }
 
-    fn notify(&self, d: &Decoded, v: &Verdict) {
+    fn notify(&self, d: &Decoded, v: &Judgement) {
         let Some(sink) = &self.events else { return };
         let (kind, api_version, uid) = match &d.subject {
             Subject::MachineDelete { uid, .. } => ("Machine", "cluster.x-k8s.io/v1beta2", uid),
@@ -209,6 +215,13 @@ impl Webhook {
             note,
         });
     }
+}
+
+/// What a review asks of the engine. A deletion borrows the decoded Machine: an
+/// [`Operation`] would own a clone of it, annotations and all, on every review.
+enum Ask<'a> {
+    Delete(&'a Machine),
+    Update(Operation),
 }
 
 /// No KCP guards this object: allowed, said in a warning.

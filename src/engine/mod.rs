@@ -7,7 +7,7 @@ pub mod model;
 pub mod next_action;
 pub mod quorum;
 
-pub use decide::{Figures, Operation, Reason, Verdict, decide};
+pub use decide::{Figures, Judgement, Operation, Reason, Verdict, admit, admit_deletion, decide};
 pub use model::*;
 pub use next_action::{ActionCode, NextAction, next_action};
 

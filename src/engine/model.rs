@@ -48,6 +48,61 @@ impl Health {
     }
 }
 
+/// [`Health`] borrowed from the member it describes. Every decision counts every member's
+/// health (and the webhook decides on every review): reading it this way costs no allocation,
+/// where cloning each error text, or formatting each alarm, just to count it did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HealthRef<'a> {
+    Healthy,
+    Unhealthy(Unfit<'a>),
+    Unknown,
+}
+
+/// Why a member is unhealthy, as [`Health::Unhealthy`] words it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unfit<'a> {
+    /// Added to the member list but never started.
+    NotStarted,
+    /// A NOSPACE or CORRUPT alarm.
+    Alarm(&'a Alarm),
+    /// The error text the probe saw.
+    Error(&'a str),
+}
+
+impl fmt::Display for Unfit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unfit::NotStarted => f.write_str("member added but not started"),
+            Unfit::Alarm(a) => write!(f, "alarm {a}"),
+            Unfit::Error(e) => f.write_str(e),
+        }
+    }
+}
+
+impl HealthRef<'_> {
+    pub fn is_healthy(self) -> bool {
+        matches!(self, HealthRef::Healthy)
+    }
+
+    pub fn to_health(self) -> Health {
+        match self {
+            HealthRef::Healthy => Health::Healthy,
+            HealthRef::Unhealthy(why) => Health::Unhealthy(why.to_string()),
+            HealthRef::Unknown => Health::Unknown,
+        }
+    }
+}
+
+impl<'a> From<&'a Health> for HealthRef<'a> {
+    fn from(h: &'a Health) -> Self {
+        match h {
+            Health::Healthy => HealthRef::Healthy,
+            Health::Unhealthy(e) => HealthRef::Unhealthy(Unfit::Error(e)),
+            Health::Unknown => HealthRef::Unknown,
+        }
+    }
+}
+
 /// An etcd alarm raised on a member. NOSPACE and CORRUPT make a member unhealthy.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Alarm {
@@ -111,25 +166,43 @@ impl Member {
     /// Health as the quorum rules must see it: an unstarted member cannot be healthy, and a
     /// NOSPACE or CORRUPT alarm makes a member unfit whatever its endpoint answers.
     pub fn effective_health(&self) -> Health {
+        self.effective_health_ref().to_health()
+    }
+
+    /// [`Member::effective_health`] without copying the error text.
+    pub fn effective_health_ref(&self) -> HealthRef<'_> {
         if self.is_unstarted() {
-            return Health::Unhealthy("member added but not started".into());
+            return HealthRef::Unhealthy(Unfit::NotStarted);
         }
         if let Some(alarm) = self
             .alarms
             .iter()
             .find(|a| matches!(a, Alarm::NoSpace | Alarm::Corrupt))
         {
-            return Health::Unhealthy(format!("alarm {alarm}"));
+            return HealthRef::Unhealthy(Unfit::Alarm(alarm));
         }
-        self.health.clone()
+        HealthRef::from(&self.health)
     }
 
     /// The name used in messages: unstarted members have none, so use the ID.
     pub fn display_name(&self) -> String {
-        if self.is_unstarted() {
-            format!("(unstarted {})", self.id)
+        self.shown_name().to_string()
+    }
+
+    /// [`Member::display_name`], written straight into the message that shows it.
+    pub fn shown_name(&self) -> impl fmt::Display + '_ {
+        ShownName(self)
+    }
+}
+
+struct ShownName<'a>(&'a Member);
+
+impl fmt::Display for ShownName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_unstarted() {
+            write!(f, "(unstarted {})", self.0.id)
         } else {
-            self.name.clone()
+            f.write_str(&self.0.name)
         }
     }
 }
@@ -257,7 +330,24 @@ impl ControlPlane {
 
     /// `namespace/name` of the KCP, for messages.
     pub fn kcp_ref(&self) -> String {
-        format!("{}/{}", self.kcp.namespace, self.kcp.name)
+        self.kcp_shown().to_string()
+    }
+
+    /// [`ControlPlane::kcp_ref`], written straight into the message that names it: a message
+    /// names the KCP up to three times, and each `kcp_ref` was a String of its own.
+    pub fn kcp_shown(&self) -> impl fmt::Display + '_ {
+        NsName(&self.kcp.namespace, &self.kcp.name)
+    }
+}
+
+/// `namespace/name`, written where it is shown.
+pub(crate) struct NsName<'a>(pub &'a str, pub &'a str);
+
+impl fmt::Display for NsName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)?;
+        f.write_str("/")?;
+        f.write_str(self.1)
     }
 }
 

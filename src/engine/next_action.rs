@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::decide::{Operation, judge};
+use super::decide::{Words, judge_delete};
 use super::model::*;
 use super::quorum::{self, Safety, Tally};
 
@@ -84,7 +84,8 @@ impl NextAction {
 
     fn with(mut self, target: String, command: Option<String>) -> NextAction {
         if let Some(c) = &command {
-            self.message.push_str(&format!(" Run: {c}"));
+            self.message.push_str(" Run: ");
+            self.message.push_str(c);
         }
         self.target = Some(target);
         self.command = command;
@@ -95,11 +96,13 @@ impl NextAction {
 /// Machines in the order a human would handle them: oldest first, then by name.
 fn by_age<'a>(machines: impl Iterator<Item = &'a Machine>) -> Vec<&'a Machine> {
     let mut v: Vec<&Machine> = machines.collect();
-    v.sort_by(|a, b| {
-        (a.created_unix.unwrap_or(i64::MAX), &a.name)
-            .cmp(&(b.created_unix.unwrap_or(i64::MAX), &b.name))
-    });
+    v.sort_by(|a, b| age_order(a, b));
     v
+}
+
+fn age_order(a: &Machine, b: &Machine) -> std::cmp::Ordering {
+    (a.created_unix.unwrap_or(i64::MAX), &a.name)
+        .cmp(&(b.created_unix.unwrap_or(i64::MAX), &b.name))
 }
 
 fn controller(policy: &Policy) -> Requester {
@@ -111,14 +114,30 @@ pub(crate) fn human() -> Requester {
     Requester::new("quorumguard:next-action")
 }
 
+/// Whether deleting `m` would be allowed (only the answer: no message is written for it).
 fn allowed(cp: &ControlPlane, m: &Machine, r: &Requester, policy: &Policy) -> bool {
-    judge(cp, &Operation::DeleteMachine(m.clone()), r, policy).allowed
+    judge_delete(cp, m, r, policy, Words::DenialsOnly).allowed
+}
+
+/// What is wrong with a Machine KCP should replace.
+enum Problem<'a> {
+    NoMember,
+    Unhealthy(Unfit<'a>),
+}
+
+impl fmt::Display for Problem<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::NoMember => f.write_str("has no etcd member"),
+            Problem::Unhealthy(e) => write!(f, "has an unhealthy etcd member ({e})"),
+        }
+    }
 }
 
 /// The next safe action for a control plane. `now_unix` (Unix seconds) tells a joining Machine
 /// from a broken one.
 pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAction {
-    let kcp = cp.kcp_ref();
+    let kcp = cp.kcp_shown();
     let ns = &cp.kcp.namespace;
     if cp.kcp.etcd == EtcdTopology::External {
         return NextAction::new(
@@ -222,14 +241,19 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     }
 
     // A deletion in flight blocks KCP's other work until it completes.
-    if let Some(m) = by_age(cp.machines.iter().filter(|m| m.deleting)).first() {
+    if let Some(m) = cp
+        .machines
+        .iter()
+        .filter(|m| m.deleting)
+        .min_by(|a, b| age_order(a, b))
+    {
         let mut msg = format!(
             "Machine {ns}/{} is being deleted: wait for KCP to remove its etcd member and finish the deletion.",
             m.name
         );
         if let Some(member) = cp.member_of(m).filter(|x| !x.is_learner) {
             let mut removed = Tally::default();
-            removed.add(&quorum::effective(member, stale));
+            removed.count(quorum::effective_ref(member, stale));
             if quorum::removal(tally, removed) != Safety::Safe {
                 msg.push_str(&format!(
                     " Its member {} cannot leave safely now ({} healthy of {} voting members): make the other members healthy first.",
@@ -259,10 +283,10 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         .iter()
         .filter(|m| cp.machine_of(m).is_none())
         .collect();
-    orphans.sort_by_key(|m| quorum::effective(m, stale).is_healthy());
+    orphans.sort_by_key(|m| quorum::effective_ref(m, stale).is_healthy());
     for o in orphans {
         let mut removed = Tally::default();
-        removed.add(&quorum::effective(o, stale));
+        removed.count(quorum::effective_ref(o, stale));
         if quorum::removal(tally, removed) == Safety::Safe {
             let cmd = format!("etcdctl member remove {}", o.id);
             return NextAction::new(
@@ -278,17 +302,17 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     }
 
     // A Machine whose member is unhealthy, or that never got one: KCP replaces it.
-    let ctl = controller(policy);
+    let mut ctl = None;
     for m in &active {
         let problem = match cp.member_of(m) {
-            None => Some("has no etcd member".to_string()),
-            Some(x) => match quorum::effective(x, stale) {
-                Health::Unhealthy(e) => Some(format!("has an unhealthy etcd member ({e})")),
+            None => Some(Problem::NoMember),
+            Some(x) => match quorum::effective_ref(x, stale) {
+                HealthRef::Unhealthy(e) => Some(Problem::Unhealthy(e)),
                 _ => None,
             },
         };
         if let Some(problem) = problem
-            && allowed(cp, m, &ctl, policy)
+            && allowed(cp, m, ctl.get_or_insert_with(|| controller(policy)), policy)
         {
             let cmd = format!(
                 "kubectl annotate machine -n {ns} {} {ANNOTATION_REMEDIATE}=\"\"",

@@ -1,7 +1,7 @@
 //! Quorum arithmetic: how many voting members must be healthy, and whether a change in membership
 //! keeps that true whatever order it completes in and whatever the unknown members turn out to be.
 
-use super::model::{Health, Member};
+use super::model::{Health, HealthRef, Member};
 
 /// Votes needed for a majority of `voting` members.
 pub fn quorum(voting: usize) -> usize {
@@ -27,16 +27,21 @@ impl Tally {
     pub fn of<'a>(members: impl IntoIterator<Item = &'a Member>, stale: bool) -> Tally {
         let mut t = Tally::default();
         for m in members.into_iter().filter(|m| !m.is_learner) {
-            t.add(&effective(m, stale));
+            t.count(effective_ref(m, stale));
         }
         t
     }
 
     pub fn add(&mut self, h: &Health) {
+        self.count(HealthRef::from(h))
+    }
+
+    /// [`Tally::add`] of a borrowed health.
+    pub fn count(&mut self, h: HealthRef<'_>) {
         match h {
-            Health::Healthy => self.healthy += 1,
-            Health::Unhealthy(_) => self.unhealthy += 1,
-            Health::Unknown => self.unknown += 1,
+            HealthRef::Healthy => self.healthy += 1,
+            HealthRef::Unhealthy(_) => self.unhealthy += 1,
+            HealthRef::Unknown => self.unknown += 1,
         }
     }
 
@@ -62,8 +67,15 @@ impl Tally {
 
 /// A member's health as the rules read it; a stale probe proves nothing.
 pub fn effective(m: &Member, stale: bool) -> Health {
-    match m.effective_health() {
-        Health::Healthy | Health::Unhealthy(_) if stale && !m.is_unstarted() => Health::Unknown,
+    effective_ref(m, stale).to_health()
+}
+
+/// [`effective`] without copying the error text (what every tally and decision reads).
+pub fn effective_ref(m: &Member, stale: bool) -> HealthRef<'_> {
+    match m.effective_health_ref() {
+        HealthRef::Healthy | HealthRef::Unhealthy(_) if stale && !m.is_unstarted() => {
+            HealthRef::Unknown
+        }
         h => h,
     }
 }
@@ -123,8 +135,9 @@ pub fn addition(before: Tally) -> Safety {
 /// would not prevent them, and would block the way out.
 ///
 /// Unknown members are tried as healthy and as unhealthy in every combination.
-pub fn added_risk(before: Tally, pending: Tally, me: &Health) -> Safety {
-    let me_unknown = matches!(me, Health::Unknown) as usize;
+pub fn added_risk<'a>(before: Tally, pending: Tally, me: impl Into<HealthRef<'a>>) -> Safety {
+    let me = me.into();
+    let me_unknown = matches!(me, HealthRef::Unknown) as usize;
     let others_unknown = before.unknown - pending.unknown - me_unknown;
     let voting = before.voting();
     let n_pending = pending.voting();
@@ -133,9 +146,9 @@ pub fn added_risk(before: Tally, pending: Tally, me: &Health) -> Safety {
         for others_up in 0..=others_unknown {
             for me_up in 0..=me_unknown {
                 let me_healthy = match me {
-                    Health::Healthy => 1,
-                    Health::Unknown => me_up,
-                    Health::Unhealthy(_) => 0,
+                    HealthRef::Healthy => 1,
+                    HealthRef::Unknown => me_up,
+                    HealthRef::Unhealthy(_) => 0,
                 };
                 let healthy = before.healthy + pending_up + others_up + me_up;
                 let p_healthy = pending.healthy + pending_up;

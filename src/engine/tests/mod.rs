@@ -1,5 +1,6 @@
 //! Tests of the engine: hand-worked tables per rule, the named cases, and the exhaustive search.
 
+mod admit;
 mod exhaustive;
 pub(crate) mod kit;
 mod next;
