@@ -477,6 +477,21 @@ pub fn figures(state: &ClusterState) -> Vec<ClusterFigures> {
         .collect()
 }
 
+/// Hands the pages of memory freed during a cycle back to the OS.
+///
+/// A cycle allocates and frees a lot in bursts (TLS handshakes and client certificates for new
+/// clusters, the status documents of every KCP it publishes); glibc keeps those pages in its
+/// arenas, so the guard's RSS stayed at the first cycle's peak. `malloc_trim` returns the free
+/// pages (madvise), which the scale bench shows as RSS at rest; it costs about a millisecond
+/// per cycle.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions; it only releases memory malloc holds free.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Sweeps that a Machine change triggers start at most this often.
 const MIN_GAP: Duration = Duration::from_secs(1);
 
@@ -528,6 +543,7 @@ pub async fn enrich(
         }
         if synced {
             metrics.observe_cycle(swept, published);
+            release_freed_memory();
         }
         let rest = sweep.interval.saturating_sub(started.elapsed());
         let woke = {
