@@ -81,15 +81,21 @@ pub enum ChannelError {
 /// An error and its causes, joined with ": ", leaving out a cause whose text is already said.
 pub(crate) fn chain(e: &(dyn StdError + 'static)) -> String {
     let mut text = e.to_string();
-    let mut source = e.source();
+    append_causes(&mut text, e.source());
+    text
+}
+
+/// Appends `source` and its own causes to `text`, each after ": ", leaving out a cause whose
+/// text is already said.
+pub(crate) fn append_causes(text: &mut String, mut source: Option<&(dyn StdError + 'static)>) {
     while let Some(cause) = source {
         let part = cause.to_string();
-        if !part.is_empty() && !text.contains(&part) {
+        // tonic wraps causes in a bare "transport error", which says nothing more.
+        if !part.is_empty() && part != "transport error" && !text.contains(&part) {
             let _ = write!(text, ": {part}");
         }
         source = cause.source();
     }
-    text
 }
 
 /// The gRPC channel of one etcd member: a clone shares the connection. Dropping every clone

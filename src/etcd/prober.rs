@@ -47,7 +47,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use tower::util::BoxCloneSyncService;
 
 use super::certs::{self, CertError};
-use super::channel::{Channel, chain};
+use super::channel::{Channel, append_causes, chain};
 use super::endpoints::Transport;
 use crate::engine::model::{Alarm, Health, Member, MemberId};
 
@@ -714,21 +714,13 @@ fn describe(e: &etcd_client::Error) -> String {
     };
     // etcd_client::Error does not expose its cause through `source()`: start from the inner
     // error, where tonic keeps the cause (e.g. the I/O error behind "tcp connect error").
-    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
+    let source: Option<&(dyn std::error::Error + 'static)> = match e {
         etcd_client::Error::GRpcStatus(s) => std::error::Error::source(s),
         etcd_client::Error::TransportError(t) => std::error::Error::source(t),
         etcd_client::Error::IoError(io) => std::error::Error::source(io),
         _ => None,
     };
-    while let Some(cause) = source {
-        let part = cause.to_string();
-        // tonic wraps causes in a bare "transport error", which says nothing more.
-        if !part.is_empty() && part != "transport error" && !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = cause.source();
-    }
+    append_causes(&mut text, source);
     text
 }
 
