@@ -299,20 +299,16 @@ async fn probe_cluster(
     let Some(kept) = probers.get(&key).filter(|k| k.kind == kind) else {
         let m = read_material(client, t, kind, deadline).await?;
         let kept = build(probers, &key, t, kind, &m, now).await?;
-        let probe = probe_with(&kept.prober, t, kind, deadline).await;
-        probers.probed(&key, kept.hash, probe.is_ok());
-        return probe;
+        return probe_kept(probers, &key, &kept, t, deadline).await;
     };
     if kept.last_ok && now.duration_since(kept.read_at) < cfg.secret_refresh {
-        let probe = probe_with(&kept.prober, t, kind, deadline).await;
-        probers.probed(&key, kept.hash, probe.is_ok());
-        return probe;
+        return probe_kept(probers, &key, &kept, t, deadline).await;
     }
     let (read, probe) = futures::join!(
         read_material(client, t, kind, deadline),
-        probe_with(&kept.prober, t, kind, deadline)
+        probe_kept(probers, &key, &kept, t, deadline)
     );
-    let probe = match read {
+    match read {
         Ok(m) if m.hash == kept.hash => {
             probers.unchanged(&key, kept.hash, now);
             probe
@@ -323,11 +319,7 @@ async fn probe_cluster(
                 "the etcd CA or workload kubeconfig Secret changed: probing with it"
             );
             match build(probers, &key, t, kind, &m, now).await {
-                Ok(kept) => {
-                    let probe = probe_with(&kept.prober, t, kind, deadline).await;
-                    probers.probed(&key, kept.hash, probe.is_ok());
-                    return probe;
-                }
+                Ok(kept) => probe_kept(probers, &key, &kept, t, deadline).await,
                 Err(e) => {
                     tracing::warn!(
                         namespace = %t.namespace, cluster = %t.cluster, error = %e,
@@ -344,8 +336,20 @@ async fn probe_cluster(
             );
             probe.map_err(|p| format!("{p} (and {e})"))
         }
-    };
-    probers.probed(&key, kept.hash, probe.is_ok());
+    }
+}
+
+/// Probes with `kept`'s prober and records whether that succeeded (a failure makes the next
+/// probe read the Secrets again).
+async fn probe_kept(
+    probers: &Probers,
+    key: &Key,
+    kept: &Kept,
+    t: &ProbeTarget,
+    deadline: Duration,
+) -> Result<Probe, String> {
+    let probe = probe_with(&kept.prober, t, kept.kind, deadline).await;
+    probers.probed(key, kept.hash, probe.is_ok());
     probe
 }
 
