@@ -406,10 +406,11 @@ impl fmt::Display for MemberDesc<'_> {
         match quorum::effective_ref(m, stale) {
             HealthRef::Healthy => f.write_str(", healthy)"),
             HealthRef::Unhealthy(e) => write!(f, ", unhealthy: {e})"),
-            HealthRef::Unknown if stale && !m.health.eq(&Health::Unknown) => {
+            HealthRef::Unknown(_) if stale && !m.health.eq(&Health::Unknown) => {
                 f.write_str(", health stale)")
             }
-            HealthRef::Unknown => f.write_str(", health unknown)"),
+            HealthRef::Unknown(Some(why)) => write!(f, ", health unknown: {why})"),
+            HealthRef::Unknown(None) => f.write_str(", health unknown)"),
         }
     }
 }
@@ -982,7 +983,7 @@ fn rollout_warning(cp: &ControlPlane, policy: &Policy) -> Option<String> {
 fn worst_first_rank(h: HealthRef<'_>) -> u8 {
     match h {
         HealthRef::Healthy => 0,
-        HealthRef::Unknown => 1,
+        HealthRef::Unknown(_) => 1,
         HealthRef::Unhealthy(_) => 2,
     }
 }

@@ -50,6 +50,8 @@ pub const MAX_MEMBERS: usize = 7;
 /// etcd's raft timings here (ms): fast, so elections and starts take a second, not ten.
 const HEARTBEAT_MS: u32 = 50;
 const ELECTION_MS: u32 = 500;
+/// etcd's `--election-timeout` here, for the guard's `--etcd-election-timeout`.
+pub const ELECTION_TIMEOUT: Duration = Duration::from_millis(ELECTION_MS as u64);
 /// Attempts at starting the cluster when a port picked free was taken before etcd bound it.
 const START_ATTEMPTS: usize = 3;
 /// Lines of each member's log that [`EtcdCluster::logs`] and errors show.

@@ -35,8 +35,8 @@ use super::apiserver::{ApiServer, StoreError, cluster_resource, kcp_resource, ma
 use super::etcd::{EtcdCluster, EtcdError, EtcdOptions};
 use super::webhooks::{SERVICE_DNS_NAME, WebhookDispatcher, WebhookTarget};
 use crate::certs::Ca;
-use crate::engine::Policy;
 use crate::engine::model::DEFAULT_KCP_CONTROLLER;
+use crate::engine::{Confirmation, Policy};
 use crate::etcd::TransportKind;
 use crate::etcd::endpoints::{ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION};
 use crate::etcd::sweep::SweepConfig;
@@ -854,6 +854,9 @@ fn serve_config(options: &WorldOptions, certs: &WebhookCerts) -> ServeConfig {
             deadline: options.probe_deadline,
             concurrency: 4,
             transport: TransportKind::Direct,
+            confirmation: Confirmation {
+                election_timeout: super::etcd::ELECTION_TIMEOUT,
+            },
             ..SweepConfig::default()
         }),
         status: Some(StatusConfig {
@@ -938,6 +941,10 @@ impl ChildPlan {
             "--etcd-transport=direct".into(),
             format!("--probe-interval={}", d(options.probe_interval)),
             format!("--probe-timeout={}", d(options.probe_deadline)),
+            format!(
+                "--etcd-election-timeout={}",
+                d(super::etcd::ELECTION_TIMEOUT)
+            ),
             "--probe-concurrency=4".into(),
             "--reservation-ttl=30s".into(),
             "--shutdown-delay=0s".into(),
