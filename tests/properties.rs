@@ -352,14 +352,15 @@ fn majority(n: usize) -> usize {
     n / 2 + 1
 }
 
-/// Whether removing the members `gone` loses quorum in `world` (removing all of them does).
-fn fails(world: &BTreeMap<u64, bool>, gone: &[u64]) -> bool {
+/// Whether removing the members `gone` loses quorum in `world` (removing all of them does),
+/// with `joined` newcomers voting and not yet healthy.
+fn fails(world: &BTreeMap<u64, bool>, gone: &[u64], joined: usize) -> bool {
     let left: Vec<bool> = world
         .iter()
         .filter(|(id, _)| !gone.contains(id))
         .map(|(_, up)| *up)
         .collect();
-    left.is_empty() || left.iter().filter(|u| **u).count() < majority(left.len())
+    left.is_empty() || left.iter().filter(|u| **u).count() < majority(left.len() + joined)
 }
 
 fn subsets(of: &[u64]) -> Vec<Vec<u64>> {
@@ -382,15 +383,42 @@ fn member_of<'a>(cp: &'a ControlPlane, m: &Machine) -> Option<&'a Member> {
         .find(|x| !x.name.is_empty() && x.name == name)
 }
 
-/// Deleting `me` is safe in `world`: no set of the pending removals loses quorum together
-/// with it unless it already does without it (the empty set: `me` alone keeps quorum, i.e.
-/// the healthy members left reach the quorum of the voting members left).
-fn delete_safe_in(world: &BTreeMap<u64, bool>, me: u64, pending: &[u64]) -> bool {
+/// Deleting `me` is safe in `world`: no set of the pending removals, with or without a member
+/// joining (`join`: one newcomer that votes before it is healthy), loses quorum together with
+/// it unless it already does without it (the empty set without a newcomer: `me` alone keeps
+/// quorum, i.e. the healthy members left reach the quorum of the voting members left).
+fn delete_safe_in(world: &BTreeMap<u64, bool>, me: u64, pending: &[u64], join: bool) -> bool {
     subsets(pending).iter().all(|s| {
-        let mut with = s.clone();
-        with.push(me);
-        !fails(world, &with) || (!s.is_empty() && fails(world, s))
+        (0..=join as usize).all(|j| {
+            let mut with = s.clone();
+            with.push(me);
+            !fails(world, &with, j) || ((!s.is_empty() || j > 0) && fails(world, s, j))
+        })
     })
+}
+
+/// A voting member about to join while `m` is deleted (README): none is under way already (an
+/// unstarted member or a learner), and another control-plane Machine not being deleted has no
+/// member and was created within the join grace, or those Machines are fewer than
+/// spec.replicas (KCP adds one).
+fn joining(cp: &ControlPlane, m: &Machine, policy: &Policy) -> bool {
+    if cp
+        .members()
+        .iter()
+        .any(|x| x.name.is_empty() || x.is_learner)
+    {
+        return false;
+    }
+    let others: Vec<&Machine> = cp
+        .machines
+        .iter()
+        .filter(|o| o.control_plane && !o.deleting && o.name != m.name)
+        .collect();
+    let grace = policy.join_grace.as_secs() as i64;
+    others
+        .iter()
+        .any(|o| member_of(cp, o).is_none() && o.created_unix.is_some_and(|c| NOW - c < grace))
+        || others.len() < cp.kcp.replicas as usize
 }
 
 /// The desired-replicas rule for humans (README): the Machines not being deleted, minus this
@@ -478,13 +506,17 @@ fn check_delete(
                 .filter(|p| !p.is_learner && p.id != me.id)
                 .map(|p| p.id.0)
                 .collect();
+            let join = joining(cp, m, policy);
             let safe: Vec<bool> = voters
                 .worlds()
                 .iter()
-                .map(|w| delete_safe_in(w, me.id.0, &pending))
+                .map(|w| delete_safe_in(w, me.id.0, &pending, join))
                 .collect();
             // Quorum lost even if every unknown member is healthy: recovery needs every member.
-            ok(!fails(&voters.assuming(true), &[]), "quorum already lost")?;
+            ok(
+                !fails(&voters.assuming(true), &[], 0),
+                "quorum already lost",
+            )?;
             if v.reason == Reason::QuorumSafe {
                 ok(safe.iter().all(|s| *s), "unsafe in some world")?;
             } else {
@@ -554,7 +586,7 @@ fn check_update(
                 .iter()
                 .filter(|(id, up)| **up && !removed.contains(id))
                 .count();
-            subsets(&removed).iter().all(|s| !fails(world, s))
+            subsets(&removed).iter().all(|s| !fails(world, s, 0))
                 && left_healthy >= majority(to as usize)
         })
     };

@@ -12,7 +12,9 @@
 //! Replica changes are not applied: they all start from the same object, so kube-apiserver
 //! would let only one of them through; the oracle checks each.
 //!
-//! Rounds: 3 healthy members (two mixes), 3 with one frozen, 4 healthy, 4 with one frozen.
+//! Rounds: 3 healthy members (two mixes), 3 with one frozen, 4 healthy, 4 with one frozen, and
+//! 4 with one frozen where a scale-up to 5 is allowed first and the deletions race after it
+//! (allowed scale-ups are carried out in the stand-in, as kube-apiserver would).
 //! (5 members would need more etcd processes than the 2-core test machines run at once.)
 
 mod support;
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 use quorumguard::engine::{EtcdState, Health};
 use quorumguard::server::{self, Running};
 use serde_json::json;
-use support::apiserver::{ApiServer, machine_resource};
+use support::apiserver::{ApiServer, kcp_resource, machine_resource};
 use support::etcd::EtcdCluster;
 use support::guard::{self, Answer, KCPS, MACHINES, delete_review, replicas_review};
 use support::https::{TempDir, TestPki};
@@ -208,12 +210,14 @@ fn healthy_members(running: &Running) -> Option<usize> {
     }
 }
 
-/// One round: a fresh guard over `etcd` (with the members in `frozen` frozen), `ops` sent by
-/// [`CLIENTS`] tasks at once. Returns the answers.
+/// One round: a fresh guard over `etcd` (with the members in `frozen` frozen), the `first` ops
+/// sent one after another, then `ops` sent by [`CLIENTS`] tasks at once. Allowed deletions and
+/// scale-ups are carried out in the stand-in as kube-apiserver would. Returns the answers.
 async fn round(
     name: &str,
     etcd: &mut EtcdCluster,
     frozen: &[usize],
+    first: Vec<Op>,
     ops: Vec<Op>,
 ) -> Vec<(Op, Answer)> {
     let n = etcd.len();
@@ -245,9 +249,15 @@ async fn round(
     )
     .await;
 
-    let barrier = Arc::new(Barrier::new(CLIENTS));
     let tls = pki.client(&[b"h2"]);
     let members = Arc::new(members);
+    let addr = running.addr;
+    let mut answers = Vec::new();
+    for (i, op) in first.into_iter().enumerate() {
+        let a = send(addr, &tls, &api, &members, &format!("first-{i}"), &op).await;
+        answers.push((op, a));
+    }
+    let barrier = Arc::new(Barrier::new(CLIENTS));
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
         let mine: Vec<(usize, Op)> = ops
@@ -258,55 +268,16 @@ async fn round(
             .collect();
         let (barrier, tls, api, members) =
             (barrier.clone(), tls.clone(), api.clone(), members.clone());
-        let addr = running.addr;
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
             let mut out = Vec::new();
             for (i, op) in mine {
-                let uid = format!("op-{i}");
-                let (path, body) = match &op {
-                    Op::Delete {
-                        member,
-                        user,
-                        dry_run,
-                    } => (
-                        MACHINES,
-                        delete_review(&members[*member], user, *dry_run, &uid),
-                    ),
-                    Op::Replicas { to, user, scale } => (
-                        KCPS,
-                        replicas_review(members.len() as i64, *to, user, *scale, &uid),
-                    ),
-                };
-                let a = guard::review(addr, tls.clone(), path, &body)
-                    .await
-                    .unwrap_or_else(|e| panic!("op {i} {op:?}: {e}"));
-                if let Op::Delete {
-                    member,
-                    dry_run: false,
-                    ..
-                } = &op
-                    && a.allowed
-                {
-                    // kube-apiserver carries the deletion out: the Machine has a finalizer.
-                    api.modify(
-                        &machine_resource(),
-                        NS,
-                        &format!("test-{}", members[*member]),
-                        |m| {
-                            m["metadata"]["finalizers"] = json!(["machine.cluster.x-k8s.io"]);
-                            m["metadata"]["deletionTimestamp"] =
-                                json!(k8s_openapi::jiff::Timestamp::now().to_string());
-                        },
-                    )
-                    .expect("mark the Machine deleted");
-                }
+                let a = send(addr, &tls, &api, &members, &format!("op-{i}"), &op).await;
                 out.push((op, a));
             }
             out
         }));
     }
-    let mut answers = Vec::new();
     for t in tasks {
         answers.extend(t.await.expect("client task"));
     }
@@ -315,6 +286,67 @@ async fn round(
         etcd.thaw(*i);
     }
     answers
+}
+
+/// Sends `op` to the webhook at `addr`; when allowed (and not a dry run), carries it out in the
+/// stand-in as kube-apiserver would: a deletion marks the Machine deleting (it has a
+/// finalizer), a scale-up raises spec.replicas (the largest allowed wins).
+async fn send(
+    addr: std::net::SocketAddr,
+    tls: &Arc<rustls::ClientConfig>,
+    api: &ApiServer,
+    members: &[String],
+    uid: &str,
+    op: &Op,
+) -> Answer {
+    let (path, body) = match op {
+        Op::Delete {
+            member,
+            user,
+            dry_run,
+        } => (
+            MACHINES,
+            delete_review(&members[*member], user, *dry_run, uid),
+        ),
+        Op::Replicas { to, user, scale } => (
+            KCPS,
+            replicas_review(members.len() as i64, *to, user, *scale, uid),
+        ),
+    };
+    let a = guard::review(addr, tls.clone(), path, &body)
+        .await
+        .unwrap_or_else(|e| panic!("op {uid} {op:?}: {e}"));
+    if !a.allowed {
+        return a;
+    }
+    match op {
+        Op::Delete {
+            member,
+            dry_run: false,
+            ..
+        } => {
+            api.modify(
+                &machine_resource(),
+                NS,
+                &format!("test-{}", members[*member]),
+                |m| {
+                    m["metadata"]["finalizers"] = json!(["machine.cluster.x-k8s.io"]);
+                    m["metadata"]["deletionTimestamp"] =
+                        json!(k8s_openapi::jiff::Timestamp::now().to_string());
+                },
+            )
+            .expect("mark the Machine deleted");
+        }
+        Op::Replicas { to, .. } if *to > members.len() as i64 => {
+            api.modify(&kcp_resource(), NS, KCP, |k| {
+                let now = k["spec"]["replicas"].as_i64().unwrap_or(0);
+                k["spec"]["replicas"] = json!(now.max(*to));
+            })
+            .expect("raise spec.replicas");
+        }
+        _ => {}
+    }
+    a
 }
 
 /// Checks one round's allowed set with the oracle; returns a one-line summary.
@@ -366,7 +398,7 @@ async fn mixed_rounds(etcd: &mut EtcdCluster, rounds: &[Round<'_>]) -> Vec<Strin
     let mut out = Vec::new();
     for (name, frozen, seed) in rounds {
         let health: Vec<bool> = (0..n).map(|i| !frozen.contains(&i)).collect();
-        let answers = round(name, etcd, frozen, mix(n, *seed)).await;
+        let answers = round(name, etcd, frozen, Vec::new(), mix(n, *seed)).await;
         out.push(check(name, &health, &answers));
         etcd.wait_healthy((0..n).collect());
     }
@@ -380,7 +412,9 @@ async fn concurrent_deletions_and_replica_changes_are_safe_in_any_order() {
 
     let mut etcd = EtcdCluster::start(3);
     // Healthy, deletions only, by the controller. By the README's rules (removals in any order,
-    // healthy members first) two may pass (3 -> 2 -> 1, each quorate), never all three.
+    // healthy members first) two would keep quorum (3 -> 2 -> 1), but with spec.replicas 3 KCP
+    // then replaces them, and its first new member would join a single healthy one (1 of 2,
+    // quorum 2): exactly one may pass.
     let only_deletes: Vec<Op> = (0..OPS)
         .map(|i| Op::Delete {
             member: i % 3,
@@ -388,7 +422,14 @@ async fn concurrent_deletions_and_replica_changes_are_safe_in_any_order() {
             dry_run: i % 5 == 4,
         })
         .collect();
-    let answers = round("3 healthy, deletions", &mut etcd, &[], only_deletes).await;
+    let answers = round(
+        "3 healthy, deletions",
+        &mut etcd,
+        &[],
+        Vec::new(),
+        only_deletes,
+    )
+    .await;
     summaries.push(check("3 healthy, deletions", &[true; 3], &answers));
     let allowed: BTreeSet<String> = answers
         .iter()
@@ -406,9 +447,10 @@ async fn concurrent_deletions_and_replica_changes_are_safe_in_any_order() {
             _ => None,
         })
         .collect();
-    assert!(
-        (1..=2).contains(&members_allowed.len()),
-        "one or two Machines of a healthy 3-member control plane may go, not {allowed:?}"
+    assert_eq!(
+        members_allowed.len(),
+        1,
+        "one Machine of a healthy 3-member control plane of 3 replicas may go, not {allowed:?}"
     );
 
     let rounds: [(usize, &[Round]); 2] = [
@@ -440,6 +482,37 @@ async fn concurrent_deletions_and_replica_changes_are_safe_in_any_order() {
         summaries.extend(mixed_rounds(&mut cluster, rounds).await);
         etcd = Some(cluster);
     }
+    // The scale-up-then-delete order: 4 members, one frozen; 4 -> 5 first (allowed: 3 healthy
+    // of 5), then the controller and a person race to delete every Machine. A healthy one's
+    // deletion would leave 2 healthy of 4 voting members once the fifth member is in.
+    let mut cluster = match etcd.take() {
+        Some(c) if c.len() == 4 => c,
+        other => {
+            drop(other);
+            EtcdCluster::start(4)
+        }
+    };
+    let scale_up = vec![Op::Replicas {
+        to: 5,
+        user: ADMIN,
+        scale: true,
+    }];
+    let deletions: Vec<Op> = (0..OPS)
+        .map(|i| Op::Delete {
+            member: i % 4,
+            user: if i % 3 == 0 { JANE } else { KCP_CONTROLLER },
+            dry_run: i % 7 == 6,
+        })
+        .collect();
+    let name = "4 with one frozen, scale-up then deletions";
+    let answers = round(name, &mut cluster, &[3], scale_up, deletions).await;
+    assert!(
+        answers[0].1.allowed,
+        "the scale-up 4 -> 5 with 3 healthy is allowed: {:?}",
+        answers[0].1
+    );
+    summaries.push(check(name, &[true, true, true, false], &answers));
+    drop(cluster);
     for s in &summaries {
         println!("{s}");
     }

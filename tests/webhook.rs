@@ -294,6 +294,58 @@ async fn dry_run_same_verdict_no_side_effects() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowed_scale_up_is_counted_by_the_next_deletion() {
+    // 4 members, d down (the fixture KCP says 3 replicas). The scale-up-then-delete race:
+    // 4 -> 5 is allowed (3 healthy of 5), and then the controller's deletion of healthy a must
+    // count the fifth member, which votes before it is healthy (2 healthy of 4), even before
+    // the cache shows spec.replicas 5.
+    let w = world(&["a", "b", "c", "d"]).await;
+    w.health(&[("a", true), ("b", true), ("c", true), ("d", false)]);
+    let delete_a = |dry_run: bool| {
+        let mut r = fixture("machine-delete-dry-run.json");
+        r["request"]["uid"] = json!(format!("uid-a-{dry_run}"));
+        r["request"]["name"] = json!("test-cp-a");
+        r["request"]["userInfo"]["username"] = json!(KCP_CONTROLLER);
+        r["request"]["oldObject"] = machine_object("a");
+        r["request"]["dryRun"] = json!(dry_run);
+        r
+    };
+    let scale = |dry_run: bool| {
+        let mut r =
+            support::guard::replicas_review(4, 5, "admin", true, &format!("uid-s-{dry_run}"));
+        r["request"]["dryRun"] = json!(dry_run);
+        r
+    };
+    let (_, v) = w.review("/validate/machines", &delete_a(true)).await;
+    assert_eq!(verdict(&v["response"]), (true, "QuorumSafe".into()), "{v}");
+    // A dry-run scale-up reserves nothing.
+    let (_, v) = w
+        .review("/validate/kubeadmcontrolplanes", &scale(true))
+        .await;
+    assert_eq!(verdict(&v["response"]), (true, "ScaleUpSafe".into()), "{v}");
+    assert_eq!(w.running().webhook.reservations(), 0);
+    let (_, v) = w.review("/validate/machines", &delete_a(true)).await;
+    assert_eq!(verdict(&v["response"]), (true, "QuorumSafe".into()), "{v}");
+    // The real one does.
+    let (_, v) = w
+        .review("/validate/kubeadmcontrolplanes", &scale(false))
+        .await;
+    assert_eq!(verdict(&v["response"]), (true, "ScaleUpSafe".into()), "{v}");
+    assert_eq!(w.running().webhook.reservations(), 1);
+    let (_, v) = w.review("/validate/machines", &delete_a(true)).await;
+    let (allowed, reason) = verdict(&v["response"]);
+    assert_eq!((allowed, reason.as_str()), (false, "PendingJoin"), "{v}");
+    let message = v["response"]["status"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("spec.replicas 5"), "{message}");
+    // Removing the down member stays the way forward.
+    let mut r = delete_a(true);
+    r["request"]["name"] = json!("test-cp-d");
+    r["request"]["oldObject"] = machine_object("d");
+    let (_, v) = w.review("/validate/machines", &r).await;
+    assert_eq!(verdict(&v["response"]), (true, "QuorumSafe".into()), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_deletions_at_most_one_allowed() {
     // Mid-rollout: 4 machines and members for 3 replicas, all healthy. Humans race to delete
     // three different Machines: one may go; after it, the others would leave fewer than 3.

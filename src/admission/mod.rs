@@ -75,7 +75,7 @@ impl Webhook {
             .with_state(self)
     }
 
-    /// How many deletions are reserved right now.
+    /// How many deletions and scale-ups are reserved right now.
     pub fn reservations(&self) -> usize {
         self.reservations
             .lock()
@@ -150,6 +150,22 @@ impl Webhook {
             Ask::Delete(m) => {
                 drop(reservations);
                 admit_deletion(&cp, m, &d.requester, &self.policy, now_unix)
+            }
+            // A scale-up is reserved too (deletions judged next must count its new member), so
+            // it is decided under the lock like a deletion.
+            Ask::Update(
+                op @ Operation::UpdateKcp {
+                    replicas_from,
+                    replicas_to,
+                    ..
+                },
+            ) if !d.dry_run && replicas_to > replicas_from => {
+                let verdict = admit(&cp, &op, &d.requester, &self.policy, now_unix);
+                if verdict.allowed && !verdict.reason.is_unconditional() {
+                    reservations.reserve_replicas(key, replicas_to, now);
+                }
+                drop(reservations);
+                verdict
             }
             Ask::Update(op) => {
                 drop(reservations);

@@ -1,9 +1,13 @@
-//! Deletions allowed but not yet visible in the cache.
+//! Deletions and scale-ups allowed but not yet visible in the cache.
 //!
 //! Between "allowed" and the Machine's deletionTimestamp reaching our watch there is a window in
 //! which a second review would not see the first deletion. Two concurrent deletions of healthy
 //! Machines of a healthy 3-member cluster would then both pass. A reservation closes the window:
 //! the next review is judged as if the first deletion had happened.
+//!
+//! A scale-up is reserved the same way: a deletion judged right after an allowed 4 -> 5 must
+//! count the fifth member that is about to join (it votes before it is healthy), or with one
+//! member down both pass and the join leaves 2 healthy of 4 voting members.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -23,6 +27,8 @@ struct Reserved {
 pub struct Reservations {
     ttl: Duration,
     by_kcp: HashMap<Key, Vec<Reserved>>,
+    /// KCP -> the largest spec.replicas allowed and not yet in the cache, until when.
+    replicas: HashMap<Key, (u32, Instant)>,
 }
 
 impl Reservations {
@@ -32,12 +38,21 @@ impl Reservations {
         Reservations {
             ttl,
             by_kcp: HashMap::new(),
+            replicas: HashMap::new(),
         }
     }
 
     /// Drops what the cache now shows or what has expired, and marks the remaining reserved
     /// Machines of `kcp` as deleting in `cp`.
     pub fn apply(&mut self, kcp: &Key, cp: &mut ControlPlane, now: Instant, state: &ClusterState) {
+        if let Some(&(to, until)) = self.replicas.get(kcp) {
+            let cached = state.kcp_replicas(&kcp.0, &kcp.1).unwrap_or(0);
+            if until <= now || cached >= to {
+                self.replicas.remove(kcp);
+            } else {
+                cp.kcp.replicas = cp.kcp.replicas.max(to);
+            }
+        }
         let Some(list) = self.by_kcp.get_mut(kcp) else {
             return;
         };
@@ -78,9 +93,20 @@ impl Reservations {
         });
     }
 
+    /// Records an allowed change of `kcp`'s spec.replicas to `to`: until the cache shows at
+    /// least `to`, reviews of its Machines are judged with it (the larger of the reserved
+    /// values and the cached one, never a smaller one).
+    pub fn reserve_replicas(&mut self, kcp: Key, to: u32, now: Instant) {
+        let until = now + self.ttl;
+        let entry = self.replicas.entry(kcp).or_insert((to, until));
+        if to >= entry.0 {
+            *entry = (to, until);
+        }
+    }
+
     /// How many reservations are held, for metrics and tests.
     pub fn len(&self) -> usize {
-        self.by_kcp.values().map(Vec::len).sum()
+        self.by_kcp.values().map(Vec::len).sum::<usize>() + self.replicas.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -48,6 +48,7 @@ pub enum Reason {
     WouldLoseQuorum,
     LastMember,
     PendingDeletions,
+    PendingJoin,
     QuorumLost,
     HealthUnknown,
     BelowDesiredReplicas,
@@ -57,7 +58,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for documentation and exhaustive tests.
-    pub const ALL: [Reason; 24] = [
+    pub const ALL: [Reason; 25] = [
         Reason::NotControlPlane,
         Reason::AlreadyDeleting,
         Reason::ClusterDeleting,
@@ -77,6 +78,7 @@ impl Reason {
         Reason::WouldLoseQuorum,
         Reason::LastMember,
         Reason::PendingDeletions,
+        Reason::PendingJoin,
         Reason::QuorumLost,
         Reason::HealthUnknown,
         Reason::BelowDesiredReplicas,
@@ -105,6 +107,7 @@ impl Reason {
             Reason::WouldLoseQuorum => "WouldLoseQuorum",
             Reason::LastMember => "LastMember",
             Reason::PendingDeletions => "PendingDeletions",
+            Reason::PendingJoin => "PendingJoin",
             Reason::QuorumLost => "QuorumLost",
             Reason::HealthUnknown => "HealthUnknown",
             Reason::BelowDesiredReplicas => "BelowDesiredReplicas",
@@ -258,7 +261,7 @@ pub fn decide(
     policy: &Policy,
     now_unix: i64,
 ) -> Verdict {
-    let mut j = judge(cp, op, requester, policy);
+    let mut j = judge(cp, op, requester, policy, now_unix);
     let next = next_action(cp, policy, now_unix);
     if !j.allowed {
         append_next_action(&mut j.message, &next);
@@ -286,7 +289,7 @@ pub fn admit(
 ) -> Judgement {
     let j = match op {
         Operation::DeleteMachine(m) => return admit_deletion(cp, m, requester, policy, now_unix),
-        Operation::UpdateKcp { .. } => judge(cp, op, requester, policy),
+        Operation::UpdateKcp { .. } => judge(cp, op, requester, policy, now_unix),
     };
     with_next_action_if_denied(j, cp, policy, now_unix)
 }
@@ -300,7 +303,10 @@ pub fn admit_deletion(
     policy: &Policy,
     now_unix: i64,
 ) -> Judgement {
-    let j = with_tolerance_warning(cp, judge_delete(cp, m, requester, policy, Words::All));
+    let j = with_tolerance_warning(
+        cp,
+        judge_delete(cp, m, requester, policy, now_unix, Words::All),
+    );
     with_next_action_if_denied(j, cp, policy, now_unix)
 }
 
@@ -330,17 +336,20 @@ pub(crate) enum Words {
     DenialsOnly,
 }
 
-/// The decision without the next action (which itself asks this function).
+/// The decision without the next action (which itself asks this function). `now_unix` tells a
+/// Machine still joining from one that never will.
 pub(crate) fn judge(
     cp: &ControlPlane,
     op: &Operation,
     requester: &Requester,
     policy: &Policy,
+    now_unix: i64,
 ) -> Judgement {
     match op {
-        Operation::DeleteMachine(m) => {
-            with_tolerance_warning(cp, judge_delete(cp, m, requester, policy, Words::All))
-        }
+        Operation::DeleteMachine(m) => with_tolerance_warning(
+            cp,
+            judge_delete(cp, m, requester, policy, now_unix, Words::All),
+        ),
         Operation::UpdateKcp {
             replicas_from,
             replicas_to,
@@ -508,6 +517,7 @@ pub(crate) fn judge_delete(
     m: &Machine,
     requester: &Requester,
     policy: &Policy,
+    now_unix: i64,
     words: Words,
 ) -> Judgement {
     let what = Named("Machine", &cp.kcp.namespace, &m.name);
@@ -550,7 +560,7 @@ pub(crate) fn judge_delete(
             ),
         );
     }
-    let j = judge_delete_rules(cp, m, requester, policy, words);
+    let j = judge_delete_rules(cp, m, requester, policy, now_unix, words);
     let break_glass = m.annotation(ANNOTATION_BREAK_GLASS).map(str::trim);
     match break_glass {
         Some(why) if !j.allowed && !why.is_empty() => {
@@ -584,6 +594,7 @@ fn judge_delete_rules(
     m: &Machine,
     requester: &Requester,
     policy: &Policy,
+    now_unix: i64,
     words: Words,
 ) -> Judgement {
     // The desired-replicas rule has its say only when quorum allows. Its numbers come first, so
@@ -598,7 +609,7 @@ fn judge_delete_rules(
     } else {
         words
     };
-    let quorum_j = judge_delete_quorum(cp, m, requester, policy, quorum_words);
+    let quorum_j = judge_delete_quorum(cp, m, requester, policy, now_unix, quorum_words);
     match shortfall {
         Some(s) if quorum_j.allowed => s.denial(cp, m).with_figures_opt(quorum_j.figures),
         _ => quorum_j,
@@ -677,6 +688,7 @@ fn judge_delete_quorum(
     m: &Machine,
     requester: &Requester,
     policy: &Policy,
+    now_unix: i64,
     words: Words,
 ) -> Judgement {
     let what = Named("deleting Machine", &cp.kcp.namespace, &m.name);
@@ -770,8 +782,15 @@ fn judge_delete_quorum(
     let pending_safety = quorum::removal(before, with_pending);
     // A deletion is judged by the risk it adds: the pending removals that are already unsafe
     // on their own (health changed after they were admitted) are not made safer by refusing it,
-    // and removing an unhealthy member is then the way out.
-    let risk = quorum::added_risk(before, pending_tally, quorum::effective_ref(member, stale));
+    // and removing an unhealthy member is then the way out. A member about to join counts as
+    // well: it votes before it is healthy, in any order with the removals.
+    let me_health = quorum::effective_ref(member, stale);
+    let joining = pending_join(cp, m, policy, now_unix);
+    let risk = quorum::added_risk(before, pending_tally, me_health, joining.is_some());
+    let risk_without_join = match joining {
+        Some(_) => quorum::added_risk(before, pending_tally, me_health, false),
+        None => risk,
+    };
     let pending_names = PendingNames {
         cp,
         pending: &pending,
@@ -784,6 +803,26 @@ fn judge_delete_quorum(
                 "{what} would lose etcd quorum of KubeadmControlPlane {}: it removes {member_desc}; {}.{problems}",
                 cp.kcp_shown(),
                 figures.shown()
+            ),
+        )
+        .with_figures(figures);
+    }
+    if risk == Safety::Unsafe && risk_without_join != Safety::Unsafe {
+        let join = joining.as_ref().map(|j| j.to_string()).unwrap_or_default();
+        let left = minus(before, alone);
+        return Judgement::deny(
+            Reason::PendingJoin,
+            format!(
+                "{what} is not safe while a new etcd member is about to join: {join}. A new member votes before it is healthy, so once it is in and {member_desc} has gone: voting {}, healthy {}, quorum {} ({}).{problems} Wait for {}the new member to join and be healthy, then try again.",
+                left.voting() + 1,
+                left.healthy,
+                quorum(left.voting() + 1),
+                figures.shown(),
+                if pending.is_empty() {
+                    String::new()
+                } else {
+                    format!("the pending deletions ({pending_names}) to finish, ")
+                }
             ),
         )
         .with_figures(figures);
@@ -809,11 +848,14 @@ fn judge_delete_quorum(
         .with_figures(figures);
     }
     if risk == Safety::Unknown {
-        let pending_note = if pending.is_empty() {
+        let mut pending_note = if pending.is_empty() {
             String::new()
         } else {
             format!(" Deletions still pending: {pending_names}.")
         };
+        if let Some(j) = &joining {
+            pending_note.push_str(&format!(" A new member is about to join: {j}."));
+        }
         return unknown_health(
             &what,
             &format!(
@@ -845,6 +887,60 @@ fn judge_delete_quorum(
         ));
     }
     j
+}
+
+/// Why a new voting member is about to join, which a deletion must be safe with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Joining {
+    /// This Machine is new (within the join grace) and has no member yet.
+    Machine(String),
+    /// Without the Machine being deleted, fewer Machines than spec.replicas: KCP adds one.
+    Replicas { machines: usize, replicas: u32 },
+}
+
+impl fmt::Display for Joining {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Joining::Machine(name) => {
+                write!(f, "Machine {name} is new and has no etcd member yet")
+            }
+            Joining::Replicas { machines, replicas } => write!(
+                f,
+                "the other Machines number {machines}, fewer than spec.replicas {replicas}, so KCP adds one"
+            ),
+        }
+    }
+}
+
+/// A voting member about to join the etcd of `cp` while `m` is deleted: a young Machine without
+/// a member (within `--join-grace`), or fewer Machines than spec.replicas without `m` (a
+/// scale-up admitted, or a replacement for `m`). A join already under way is in the member list
+/// (an unstarted member, a learner) and counted there; KCP adds one member at a time.
+fn pending_join(cp: &ControlPlane, m: &Machine, policy: &Policy, now_unix: i64) -> Option<Joining> {
+    if cp
+        .members()
+        .iter()
+        .any(|x| x.is_unstarted() || x.is_learner)
+    {
+        return None;
+    }
+    let others: Vec<&Machine> = cp
+        .machines
+        .iter()
+        .filter(|o| o.control_plane && !o.deleting && o.name != m.name)
+        .collect();
+    let grace = i64::try_from(policy.join_grace.as_secs()).unwrap_or(i64::MAX);
+    if let Some(o) = others.iter().find(|o| {
+        cp.member_of(o).is_none()
+            && o.created_unix
+                .is_some_and(|c| now_unix.saturating_sub(c) < grace)
+    }) {
+        return Some(Joining::Machine(o.name.clone()));
+    }
+    (others.len() < cp.kcp.replicas as usize).then_some(Joining::Replicas {
+        machines: others.len(),
+        replicas: cp.kcp.replicas,
+    })
 }
 
 /// "Machine a (member a (id 1, healthy)), Machine b (...)": the deletions still pending.

@@ -115,8 +115,8 @@ pub(crate) fn human() -> Requester {
 }
 
 /// Whether deleting `m` would be allowed (only the answer: no message is written for it).
-fn allowed(cp: &ControlPlane, m: &Machine, r: &Requester, policy: &Policy) -> bool {
-    judge_delete(cp, m, r, policy, Words::DenialsOnly).allowed
+fn allowed(cp: &ControlPlane, m: &Machine, r: &Requester, policy: &Policy, now_unix: i64) -> bool {
+    judge_delete(cp, m, r, policy, now_unix, Words::DenialsOnly).allowed
 }
 
 /// What is wrong with a Machine KCP should replace.
@@ -232,7 +232,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         for m in &active {
             if m.node_name.is_some()
                 && cp.member_of(m).is_none()
-                && allowed(cp, m, &human(), policy)
+                && allowed(cp, m, &human(), policy, now_unix)
             {
                 let cmd = format!("kubectl delete machine -n {ns} {}", m.name);
                 return NextAction::new(
@@ -330,7 +330,13 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
             },
         };
         if let Some(problem) = problem
-            && allowed(cp, m, ctl.get_or_insert_with(|| controller(policy)), policy)
+            && allowed(
+                cp,
+                m,
+                ctl.get_or_insert_with(|| controller(policy)),
+                policy,
+                now_unix,
+            )
         {
             let cmd = format!(
                 "kubectl annotate machine -n {ns} {} {ANNOTATION_REMEDIATE}=\"\"",

@@ -129,18 +129,29 @@ pub fn addition(before: Tally) -> Safety {
 }
 
 /// Whether deleting one more member (`me`) while the `pending` members are already on their way
-/// out adds a way to lose quorum: some set of pending removals that, completed together with
-/// `me`, leaves too few healthy members, where that set alone (without `me`) would not. `me`
-/// alone must be safe too. Removals that already fail without `me` are not its risk: refusing it
-/// would not prevent them, and would block the way out.
+/// out, and a new member may join (`joining`), adds a way to lose quorum: some set of pending
+/// removals, with or without the join, that completed together with `me` leaves too few healthy
+/// members, where the same set without `me` would not. `me` alone must be safe too. Removals
+/// (and a join) that already fail without `me` are not its risk: refusing it would not prevent
+/// them, and would block the way out.
+///
+/// A joining member votes before it is healthy (see [`addition`]), and KCP adds one member at a
+/// time, waiting for it to be healthy: at most one unhealthy newcomer counts at any moment. It
+/// may come before, between or after the removals.
 ///
 /// Unknown members are tried as healthy and as unhealthy in every combination.
-pub fn added_risk<'a>(before: Tally, pending: Tally, me: impl Into<HealthRef<'a>>) -> Safety {
+pub fn added_risk<'a>(
+    before: Tally,
+    pending: Tally,
+    me: impl Into<HealthRef<'a>>,
+    joining: bool,
+) -> Safety {
     let me = me.into();
     let me_unknown = matches!(me, HealthRef::Unknown(_)) as usize;
     let others_unknown = before.unknown - pending.unknown - me_unknown;
     let voting = before.voting();
     let n_pending = pending.voting();
+    let joins = joining as usize;
     let (mut some_risky, mut some_safe) = (false, false);
     for pending_up in 0..=pending.unknown {
         for others_up in 0..=others_unknown {
@@ -152,13 +163,18 @@ pub fn added_risk<'a>(before: Tally, pending: Tally, me: impl Into<HealthRef<'a>
                 };
                 let healthy = before.healthy + pending_up + others_up + me_up;
                 let p_healthy = pending.healthy + pending_up;
-                let fails = |n: usize, removed_healthy: usize| {
-                    n >= voting || healthy - removed_healthy < quorum(voting - n)
+                // `n` of the members gone (`removed_healthy` of them healthy), `j` newcomers in.
+                let fails = |n: usize, removed_healthy: usize, j: usize| {
+                    n >= voting || healthy - removed_healthy < quorum(voting - n + j)
                 };
-                let risky = (0..=n_pending).any(|k| {
-                    let lo = k.saturating_sub(n_pending - p_healthy);
-                    (lo..=k.min(p_healthy))
-                        .any(|sh| fails(k + 1, sh + me_healthy) && (k == 0 || !fails(k, sh)))
+                let risky = (0..=joins).any(|j| {
+                    (0..=n_pending).any(|k| {
+                        let lo = k.saturating_sub(n_pending - p_healthy);
+                        (lo..=k.min(p_healthy)).any(|sh| {
+                            fails(k + 1, sh + me_healthy, j)
+                                && ((k == 0 && j == 0) || !fails(k, sh, j))
+                        })
+                    })
                 });
                 some_risky |= risky;
                 some_safe |= !risky;
@@ -236,15 +252,44 @@ mod tests {
         let up = Health::Healthy;
         let dn = Health::Unhealthy("x".into());
         // 3 healthy, one pending: a second healthy removal leaves 1 of 1: no new risk.
-        assert_eq!(added_risk(t(3, 0, 0), t(1, 0, 0), &up), Safety::Safe);
+        assert_eq!(added_risk(t(3, 0, 0), t(1, 0, 0), &up, false), Safety::Safe);
         // 4 members, 1 down, one healthy pending: both healthy gone leaves 1 of 2: new risk.
-        assert_eq!(added_risk(t(3, 1, 0), t(1, 0, 0), &up), Safety::Unsafe);
+        assert_eq!(
+            added_risk(t(3, 1, 0), t(1, 0, 0), &up, false),
+            Safety::Unsafe
+        );
         // 3 members, 1 down, one healthy pending (already unsafe alone): removing the down one
         // adds nothing that was not already there.
-        assert_eq!(added_risk(t(2, 1, 0), t(1, 0, 0), &dn), Safety::Safe);
+        assert_eq!(added_risk(t(2, 1, 0), t(1, 0, 0), &dn, false), Safety::Safe);
         // ...but removing the other healthy one does.
-        assert_eq!(added_risk(t(2, 1, 0), t(1, 0, 0), &up), Safety::Unsafe);
+        assert_eq!(
+            added_risk(t(2, 1, 0), t(1, 0, 0), &up, false),
+            Safety::Unsafe
+        );
         // 2 healthy + 1 unknown, nothing pending, remove a healthy one: depends on the unknown.
-        assert_eq!(added_risk(t(2, 0, 1), t(0, 0, 0), &up), Safety::Unknown);
+        assert_eq!(
+            added_risk(t(2, 0, 1), t(0, 0, 0), &up, false),
+            Safety::Unknown
+        );
+        // The scale-up-then-delete race: 4 members, 1 down, a fifth joining. Removing a healthy
+        // one is safe alone (2 of 3), but with the newcomer in before it is healthy: 2 of 4.
+        assert_eq!(added_risk(t(3, 1, 0), t(0, 0, 0), &up, false), Safety::Safe);
+        assert_eq!(
+            added_risk(t(3, 1, 0), t(0, 0, 0), &up, true),
+            Safety::Unsafe
+        );
+        // Removing the down one with a newcomer on its way: 3 of 4.
+        assert_eq!(added_risk(t(3, 1, 0), t(0, 0, 0), &dn, true), Safety::Safe);
+        // 3 healthy, a replacement joining after this deletion (KCP's delete-first rollout):
+        // 2 healthy of 3 at worst.
+        assert_eq!(added_risk(t(3, 0, 0), t(0, 0, 0), &up, true), Safety::Safe);
+        // A join that is unsafe on its own (2 of 3 healthy, a fourth voting) is not this
+        // removal's risk... but removing the down member alongside is still fine, and a healthy
+        // one still is not.
+        assert_eq!(added_risk(t(2, 1, 0), t(0, 0, 0), &dn, true), Safety::Safe);
+        assert_eq!(
+            added_risk(t(2, 1, 0), t(0, 0, 0), &up, true),
+            Safety::Unsafe
+        );
     }
 }

@@ -431,6 +431,14 @@ impl ClusterState {
         !probed
     }
 
+    /// `spec.replicas` of KCP `namespace/name` as cached.
+    pub fn kcp_replicas(&self, namespace: &str, name: &str) -> Option<u32> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        idx.kcps
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|k| k.kcp.replicas)
+    }
+
     /// `metadata.generation` of KCP `namespace/name` as cached.
     pub fn kcp_generation(&self, namespace: &str, name: &str) -> Option<i64> {
         let idx = self.index.read().unwrap_or_else(|e| e.into_inner());

@@ -156,13 +156,24 @@ fn removal_ok(all: Counts, r: Counts, optimistic: bool) -> bool {
 }
 
 /// Oracle, in one world where every member's health is known (no unknown counts): removing
-/// `me` adds a way to lose quorum to the `pending` removals: a subset of them that fails
-/// together with `me` but not without it (the empty subset: `me` alone fails).
-fn new_risk(all: Counts, pending: Counts, me: Counts) -> bool {
+/// `me` adds a way to lose quorum to the `pending` removals and (when `join`) a newcomer that
+/// votes before it is healthy, in any order: a subset of the removals, with or without the
+/// newcomer, that fails together with `me` but not without it (the empty set without the
+/// newcomer: `me` alone fails).
+fn new_risk(all: Counts, pending: Counts, me: Counts, join: bool) -> bool {
     subsets(pending).any(|s| {
         let n: usize = s.iter().sum();
-        fails(all, add(s, me), false) && (n == 0 || !fails(all, s, false))
+        (0..=join as usize).any(|j| {
+            fails_joined(all, add(s, me), j) && ((n == 0 && j == 0) || !fails_joined(all, s, j))
+        })
     })
+}
+
+/// [`fails`] (pessimistic) with `j` unhealthy newcomers voting.
+fn fails_joined(all: Counts, set: Counts, j: usize) -> bool {
+    let voting: usize = all.iter().sum();
+    let n: usize = set.iter().sum();
+    n >= voting || all[0] - set[0] < quorum(voting - n + j)
 }
 
 /// Every world the unknown members allow: each unknown member healthy or unhealthy, counted.
@@ -185,11 +196,11 @@ fn worlds(all: Counts, pending: Counts, me: Counts) -> Vec<(Counts, Counts, Coun
 }
 
 /// (in some world there is new risk, in some world there is none)
-fn risk_cases(all: Counts, pending: Counts, me: Counts) -> (bool, bool) {
+fn risk_cases(all: Counts, pending: Counts, me: Counts, join: bool) -> (bool, bool) {
     let w = worlds(all, pending, me);
     (
-        w.iter().any(|(a, p, m)| new_risk(*a, *p, *m)),
-        w.iter().any(|(a, p, m)| !new_risk(*a, *p, *m)),
+        w.iter().any(|(a, p, m)| new_risk(*a, *p, *m, join)),
+        w.iter().any(|(a, p, m)| !new_risk(*a, *p, *m, join)),
     )
 }
 
@@ -338,7 +349,7 @@ fn check_state(
     let mut controller_can_delete = false;
     for m in &c.machines {
         for who in [hum, ctl] {
-            let j = judge(&c, &Operation::DeleteMachine(m.clone()), who, policy);
+            let j = judge(&c, &Operation::DeleteMachine(m.clone()), who, policy, NOW);
             st.deletions += 1;
             let member = by_machine[&m.name];
             if j.allowed {
@@ -353,13 +364,22 @@ fn check_state(
                 .map(|v| counts(std::iter::once(&v)))
                 .unwrap_or([0; 3]);
             advice_keeps_tolerance(&j.message, all, v_count, replicas, &ctx);
+            // KCP adds a member when the other Machines are fewer than spec.replicas (no Machine
+            // here is young); a learner is a join under way already.
+            let others = c
+                .machines
+                .iter()
+                .filter(|o| !o.deleting && o.name != m.name)
+                .count();
+            let join = learners.is_empty() && others < replicas as usize;
+            let p = pending_without(pending, m, member);
             match (j.allowed, j.reason) {
                 (true, Reason::AlreadyDeleting) => assert!(m.deleting, "{}", ctx()),
                 (true, Reason::MemberAbsent | Reason::LearnerMember) => {
                     assert!(member.is_none(), "{} {}: {}", ctx(), m.name, j.message)
                 }
                 (true, Reason::QuorumSafe) => assert!(
-                    !risk_cases(all, pending_without(pending, m, member), me).0,
+                    !risk_cases(all, p, me, join).0,
                     "allowed an unsafe deletion of {}: {} {}",
                     m.name,
                     ctx(),
@@ -367,12 +387,7 @@ fn check_state(
                 ),
                 (true, Reason::HealthUnknown) => {
                     assert!(std::ptr::eq(who, ctl), "{}", ctx());
-                    assert!(
-                        risk_cases(all, pending_without(pending, m, member), me).1,
-                        "{} {}",
-                        ctx(),
-                        j.message
-                    );
+                    assert!(risk_cases(all, p, me, join).1, "{} {}", ctx(), j.message);
                 }
                 (true, other) => panic!("unexpected allow {other}: {}", ctx()),
                 (false, Reason::WouldLoseQuorum | Reason::LastMember) => {
@@ -388,16 +403,20 @@ fn check_state(
                     assert!(all[0] + all[2] < quorum(v_count), "{}", ctx())
                 }
                 (false, Reason::PendingDeletions) => {
-                    let p = pending_without(pending, m, member);
-                    assert!(!risk_cases(all, p, me).1, "{} {}", ctx(), j.message);
+                    assert!(!risk_cases(all, p, me, false).1, "{} {}", ctx(), j.message);
                     assert!(p.iter().sum::<usize>() > 0, "{}", ctx());
+                }
+                (false, Reason::PendingJoin) => {
+                    // Risky in every world with the newcomer, not in every world without it.
+                    assert!(join, "{} {}", ctx(), j.message);
+                    assert!(!risk_cases(all, p, me, true).1, "{} {}", ctx(), j.message);
+                    assert!(risk_cases(all, p, me, false).1, "{} {}", ctx(), j.message);
                 }
                 (false, Reason::HealthUnknown) => {
                     // Only humans are denied on unknown health by default, and only when the
                     // answer truly depends on the unknown members.
                     assert!(std::ptr::eq(who, hum), "{}", ctx());
-                    let (some_risk, some_safe) =
-                        risk_cases(all, pending_without(pending, m, member), me);
+                    let (some_risk, some_safe) = risk_cases(all, p, me, join);
                     assert!(some_risk && some_safe, "{} {}", ctx(), j.message);
                 }
                 (false, Reason::BelowDesiredReplicas) => {
@@ -436,7 +455,7 @@ fn check_state(
             replicas_to: to,
             starts_rollout: false,
         };
-        let j = judge(&c, &op, hum, policy);
+        let j = judge(&c, &op, hum, policy, NOW);
         advice_keeps_tolerance(&j.message, all, v_count, replicas, &ctx);
         st.replica_changes += 1;
         if j.allowed {
@@ -506,7 +525,7 @@ fn check_state(
         ActionCode::DeleteMachine => {
             let m = c.machine(target.expect("target")).expect("machine").clone();
             assert!(
-                judge(&c, &Operation::DeleteMachine(m), hum, policy).allowed,
+                judge(&c, &Operation::DeleteMachine(m), hum, policy, NOW).allowed,
                 "{}",
                 ctx()
             );
@@ -514,7 +533,7 @@ fn check_state(
         ActionCode::RemediateMachine => {
             let m = c.machine(target.expect("target")).expect("machine").clone();
             assert!(
-                judge(&c, &Operation::DeleteMachine(m), ctl, policy).allowed,
+                judge(&c, &Operation::DeleteMachine(m), ctl, policy, NOW).allowed,
                 "{}",
                 ctx()
             );

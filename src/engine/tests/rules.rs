@@ -192,12 +192,13 @@ fn quorum_rule_table() {
             3,
             0,
         ),
-        // 2 healthy: remove one -> 1 of 1: safe.
+        // 2 healthy: remove one -> 1 of 1; but spec.replicas is 2 (the table's), so KCP's
+        // replacement would then join 1 healthy member: 1 of 2, quorum 2.
         (
             &[("a", true), ("b", true)],
             "a",
-            true,
-            Reason::QuorumSafe,
+            false,
+            Reason::PendingJoin,
             1,
             1,
             1,
@@ -315,13 +316,84 @@ fn pending_deletions_worst_order() {
         true,
         Reason::QuorumSafe,
     );
-    // 3 healthy, a deleting: deleting b too leaves 1 of 1 in the worst case: allowed.
+    // 3 healthy, a deleting: deleting b too leaves 1 of 1 in the worst case, and while scaling
+    // down to 1 replica that is allowed.
     let mut c = three_healthy();
+    c.kcp.replicas = 1;
     machine_mut(&mut c, "a").deleting = true;
     assert_verdict(
         &delete(&c, "b", &kcp_controller()),
         true,
         Reason::QuorumSafe,
+    );
+    // With spec.replicas 3, KCP replaces them: its first new member would join a single
+    // healthy member and vote before it is healthy (1 of 2, quorum 2). Deleting b now adds
+    // that risk; after a's replacement has joined it would not.
+    c.kcp.replicas = 3;
+    let v = delete(&c, "b", &kcp_controller());
+    assert_verdict(&v, false, Reason::PendingJoin);
+    assert!(
+        v.message.contains("Machine a"),
+        "names the deletion to wait for: {}",
+        v.message
+    );
+}
+
+#[test]
+fn a_pending_join_counts_in_every_order() {
+    // The scale-up-then-delete race: 4 members, d down; 4 -> 5 was allowed (3 healthy of 5
+    // is a quorum). KCP's deletion of healthy a is safe alone (2 of 3), but the fifth member
+    // may join first and vote before it is healthy: 2 healthy of 4, quorum 3.
+    let mut c = cp(
+        5,
+        &[
+            ("a", healthy()),
+            ("b", healthy()),
+            ("c", healthy()),
+            ("d", down()),
+        ],
+    );
+    let v = delete(&c, "a", &kcp_controller());
+    assert_verdict(&v, false, Reason::PendingJoin);
+    assert!(
+        v.message.contains("fewer than spec.replicas 5"),
+        "{}",
+        v.message
+    );
+    assert!(
+        v.message.contains("voting 4, healthy 2, quorum 3"),
+        "{}",
+        v.message
+    );
+    // Removing the down member is the way: 3 healthy of 4 with the newcomer in.
+    assert_verdict(
+        &delete(&c, "d", &kcp_controller()),
+        true,
+        Reason::QuorumSafe,
+    );
+    // A Machine created within the join grace and without a member is a join too.
+    c.kcp.replicas = 4;
+    let i = add_machine(&mut c, "new");
+    c.machines[i].node_name = None;
+    c.machines[i].created_unix = Some(NOW - 60);
+    let v = delete(&c, "a", &kcp_controller());
+    assert_verdict(&v, false, Reason::PendingJoin);
+    assert!(v.message.contains("Machine new is new"), "{}", v.message);
+    // Past the grace it is not joining any more (and replicas are met): a's removal is judged
+    // alone.
+    c.machines[i].created_unix = Some(NOW - 86_400);
+    assert_verdict(
+        &delete(&c, "a", &kcp_controller()),
+        true,
+        Reason::QuorumSafe,
+    );
+    // A join under way is in the member list already (unstarted): not counted twice.
+    c.machines[i].created_unix = Some(NOW - 60);
+    add_member(&mut c, 9, "", Health::Unknown, false);
+    assert_verdict(
+        &delete(&c, "a", &kcp_controller()),
+        false,
+        Reason::WouldLoseQuorum,
     );
 }
 
