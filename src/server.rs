@@ -192,10 +192,21 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
                 enricher_metrics.clone(),
             )));
         }
+        let (first_tx, first_rx) = tokio::sync::oneshot::channel();
+        tasks.push(tokio::spawn(wait_first_sweep(
+            first_rx,
+            cfg.first_sweep_timeout,
+            readiness.clone(),
+            state.clone(),
+            enricher_metrics.clone(),
+        )));
         let (c, s) = (client.clone(), state.clone());
         tasks.push(spawn_background("quorumguard-enricher", move || {
-            publish::enrich(c, s, cfg, publisher, enricher_metrics)
+            publish::enrich(c, s, cfg, publisher, enricher_metrics, Some(first_tx))
         }));
+    } else {
+        // etcd is not probed: there is no sweep to wait for.
+        readiness.set_swept(true);
     }
 
     let tls_config = tls::load(&config.tls_cert, &config.tls_key).await?;
@@ -289,6 +300,42 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
         server,
         tasks,
     })
+}
+
+/// Readiness waits for the enricher's first sweep (every workload cluster known then probed
+/// once, with a result or a recorded failure), at most `timeout`; after it the replica says
+/// ready anyway, and logs and exports (`quorumguard_etcd_unprobed`) the clusters still
+/// unprobed. A cluster it knows nothing of is judged with unknown health meanwhile.
+async fn wait_first_sweep(
+    done: tokio::sync::oneshot::Receiver<()>,
+    timeout: Duration,
+    readiness: Arc<Readiness>,
+    state: Arc<ClusterState>,
+    metrics: Arc<EnricherMetrics>,
+) {
+    let started = std::time::Instant::now();
+    match tokio::time::timeout(timeout, done).await {
+        Ok(_) => tracing::info!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "first etcd sweep done: every workload cluster known at start probed once"
+        ),
+        Err(_) => {
+            let unprobed = state.unprobed_clusters();
+            let shown: Vec<String> = unprobed
+                .iter()
+                .take(20)
+                .map(|(ns, c)| format!("{ns}/{c}"))
+                .collect();
+            tracing::warn!(
+                unprobed = unprobed.len(),
+                clusters = %shown.join(", "),
+                timeout_s = timeout.as_secs_f64(),
+                "the first etcd sweep did not finish within --first-sweep-timeout: ready anyway; reviews of the clusters not probed yet are judged with unknown health until they are"
+            );
+            metrics.set_unprobed(&unprobed);
+        }
+    }
+    readiness.set_swept(true);
 }
 
 /// How much lower than the webhook the enricher thread runs (Linux `nice`, 0–19).

@@ -148,6 +148,7 @@ pub struct Metrics {
     cert_not_before: Gauge,
     cert_not_after: Gauge,
     cache_synced: Family<ResourceLabels, Gauge>,
+    ready: Gauge,
 }
 
 impl Default for Metrics {
@@ -214,8 +215,16 @@ impl Metrics {
             "1 when the watch cache of this resource has synced, 0 otherwise",
             cache_synced.clone(),
         );
+        let ready = Gauge::default();
+        registry.register(
+            "ready",
+            "1 when this replica answers /readyz with 200 (certificate loaded, caches synced, first \
+             etcd sweep done, not shutting down), 0 otherwise",
+            ready.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
+            ready,
             requests,
             duration,
             in_flight,
@@ -327,13 +336,17 @@ impl Drop for InFlightGuard {
 
 /// Whether this replica should receive admission reviews. kube-apiserver reaches the webhook
 /// through a Service, so an unready replica is simply skipped: say "not ready" until the
-/// certificate is loaded and the caches are synced (a review answered from empty caches would be
-/// guessed), and from the moment shutdown starts (so the endpoint is removed before the listener
-/// closes). Each flag is an atomic: set them from any task, no lock.
+/// certificate is loaded, the caches are synced (a review answered from empty caches would be
+/// guessed) and the first etcd sweep has probed every workload cluster known then (a review
+/// answered before would know no member's health: during a rollout of the guard itself the old
+/// replica keeps answering until the new one has looked), and from the moment shutdown starts
+/// (so the endpoint is removed before the listener closes). Each flag is an atomic: set them
+/// from any task, no lock.
 #[derive(Debug, Default)]
 pub struct Readiness {
     cert_loaded: AtomicBool,
     caches_synced: AtomicBool,
+    swept: AtomicBool,
     accepting: AtomicBool,
     shutting_down: AtomicBool,
 }
@@ -355,6 +368,12 @@ impl Readiness {
         self.caches_synced.store(synced, Ordering::SeqCst);
     }
 
+    /// The first etcd sweep after the caches synced is done (or readiness stopped waiting for
+    /// it, or etcd is not probed at all).
+    pub fn set_swept(&self, swept: bool) {
+        self.swept.store(swept, Ordering::SeqCst);
+    }
+
     /// The HTTPS listener is bound and serving.
     pub fn set_accepting(&self, accepting: bool) {
         self.accepting.store(accepting, Ordering::SeqCst);
@@ -365,7 +384,8 @@ impl Readiness {
         self.shutting_down.store(shutting_down, Ordering::SeqCst);
     }
 
-    /// Ready: certificate loaded, caches synced, accepting, and not shutting down.
+    /// Ready: certificate loaded, caches synced, first sweep done, accepting, and not shutting
+    /// down.
     pub fn is_ready(&self) -> bool {
         self.not_ready_reasons().is_empty()
     }
@@ -379,6 +399,9 @@ impl Readiness {
         }
         if !self.caches_synced.load(Ordering::SeqCst) {
             reasons.push("watch caches not synced");
+        }
+        if !self.swept.load(Ordering::SeqCst) {
+            reasons.push("first etcd sweep not finished: workload clusters known at start not all probed yet");
         }
         if !self.accepting.load(Ordering::SeqCst) {
             reasons.push("not accepting admission requests");
@@ -422,6 +445,10 @@ async fn readyz(State(state): State<AdminState>) -> Response {
 }
 
 async fn metrics_text(State(state): State<AdminState>) -> Response {
+    state
+        .metrics
+        .ready
+        .set(i64::from(state.readiness.is_ready()));
     (
         [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
         state.metrics.encode(),
@@ -481,22 +508,31 @@ mod tests {
             [
                 "serving certificate not loaded",
                 "watch caches not synced",
+                "first etcd sweep not finished: workload clusters known at start not all probed yet",
                 "not accepting admission requests"
             ]
         );
 
         readiness.set_cert_loaded(true);
         readiness.set_caches_synced(true);
+        readiness.set_accepting(true);
         let (status, _, body) = get_path(router.clone(), "/readyz").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(body, "not accepting admission requests\n");
+        assert_eq!(
+            body,
+            "first etcd sweep not finished: workload clusters known at start not all probed yet\n"
+        );
+        let (_, _, metrics) = get_path(router.clone(), "/metrics").await;
+        assert!(metrics.contains("\nquorumguard_ready 0\n"), "{metrics}");
 
-        readiness.set_accepting(true);
+        readiness.set_swept(true);
         assert!(readiness.is_ready());
         assert!(readiness.not_ready_reasons().is_empty());
         let (status, _, body) = get_path(router.clone(), "/readyz").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body.trim(), "ok");
+        let (_, _, metrics) = get_path(router.clone(), "/metrics").await;
+        assert!(metrics.contains("\nquorumguard_ready 1\n"), "{metrics}");
 
         readiness.set_shutting_down(true);
         let (status, _, body) = get_path(router, "/readyz").await;

@@ -42,6 +42,7 @@ fn config(transport: TransportKind) -> SweepConfig {
         confirmation: Confirmation {
             election_timeout: ELECTION_TIMEOUT,
         },
+        ..SweepConfig::default()
     }
 }
 

@@ -149,6 +149,11 @@ pub struct ServeArgs {
     /// as lost quorum).
     #[arg(long, env = "QUORUMGUARD_ETCD_ELECTION_TIMEOUT", default_value = "1s", value_parser = super::duration)]
     pub etcd_election_timeout: Duration,
+    /// How long /readyz waits for the first etcd sweep (every workload cluster known at start
+    /// probed once) before saying ready anyway; the clusters still unprobed are logged and
+    /// exported as quorumguard_etcd_unprobed.
+    #[arg(long, env = "QUORUMGUARD_FIRST_SWEEP_TIMEOUT", default_value = "60s", value_parser = super::duration)]
+    pub first_sweep_timeout: Duration,
     /// Do not probe etcd (every decision that needs health is then HealthUnknown).
     #[arg(long, env = "QUORUMGUARD_NO_PROBE")]
     pub no_probe: bool,
@@ -216,6 +221,7 @@ impl ServeArgs {
                 confirmation: Confirmation {
                     election_timeout: self.etcd_election_timeout,
                 },
+                first_sweep_timeout: self.first_sweep_timeout,
             }),
             status: (!self.no_status).then(|| StatusConfig {
                 publish: PublishConfig {

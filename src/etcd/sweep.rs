@@ -53,6 +53,10 @@ pub struct SweepConfig {
     /// the cluster is probed again after etcd's election timeout before anything is believed
     /// (see [`crate::engine::confirm`]).
     pub confirmation: Confirmation,
+    /// How long readiness waits for the first sweep (every workload cluster known then probed
+    /// once) before the replica says ready anyway, logging and exporting the clusters still
+    /// unprobed.
+    pub first_sweep_timeout: Duration,
 }
 
 impl Default for SweepConfig {
@@ -64,6 +68,7 @@ impl Default for SweepConfig {
             transport: TransportKind::default(),
             secret_refresh: Duration::from_secs(300),
             confirmation: Confirmation::default(),
+            first_sweep_timeout: Duration::from_secs(60),
         }
     }
 }

@@ -431,6 +431,19 @@ impl ClusterState {
         !probed
     }
 
+    /// The workload clusters to probe that have been probed neither successfully nor with a
+    /// recorded failure, as `(namespace, cluster)`.
+    pub fn unprobed_clusters(&self) -> Vec<Key> {
+        let targets = self.probe_targets();
+        let health = self.health.read().unwrap_or_else(|e| e.into_inner());
+        let errors = self.probe_errors.read().unwrap_or_else(|e| e.into_inner());
+        targets
+            .into_iter()
+            .map(|t| (t.namespace, t.cluster))
+            .filter(|k| !health.contains_key(k) && !errors.contains_key(k))
+            .collect()
+    }
+
     /// `spec.replicas` of KCP `namespace/name` as cached.
     pub fn kcp_replicas(&self, namespace: &str, name: &str) -> Option<u32> {
         let idx = self.index.read().unwrap_or_else(|e| e.into_inner());

@@ -97,6 +97,7 @@ pub struct EnricherMetrics {
     probe_failures: Family<ClusterLabels, Counter>,
     members: Family<MemberLabels, Gauge>,
     margin: Family<ClusterLabels, Gauge>,
+    unprobed: Family<ClusterLabels, Gauge>,
     writes: Family<ResultLabels, Counter>,
     leader: Gauge,
     transitions: Counter,
@@ -120,6 +121,7 @@ impl EnricherMetrics {
             probe_failures: Family::default(),
             members: Family::default(),
             margin: Family::default(),
+            unprobed: Family::default(),
             writes: Family::default(),
             leader: Gauge::default(),
             transitions: Counter::default(),
@@ -183,6 +185,12 @@ impl EnricherMetrics {
                 m.writes.clone(),
             );
             reg.register(
+                "etcd_unprobed",
+                "1 for each workload cluster known at start that was not probed yet when readiness \
+                 stopped waiting for the first sweep (--first-sweep-timeout); gone once probed",
+                m.unprobed.clone(),
+            );
+            reg.register(
                 "leader",
                 "1 while this replica holds the Lease and writes KCP status, else 0",
                 m.leader.clone(),
@@ -194,6 +202,18 @@ impl EnricherMetrics {
             );
         });
         m
+    }
+
+    /// Marks the clusters readiness stopped waiting for (see `etcd_unprobed`).
+    pub fn set_unprobed(&self, clusters: &[(String, String)]) {
+        for (namespace, cluster) in clusters {
+            self.unprobed
+                .get_or_create(&ClusterLabels {
+                    namespace: namespace.clone(),
+                    cluster: cluster.clone(),
+                })
+                .set(1);
+        }
     }
 
     /// Records that a sweep begins.
@@ -226,6 +246,7 @@ impl EnricherMetrics {
             self.probe_duration.remove(&l);
             self.probe_failures.remove(&l);
             self.margin.remove(&l);
+            self.unprobed.remove(&l);
             for state in MEMBER_STATES {
                 self.members.remove(&MemberLabels {
                     namespace: namespace.clone(),
@@ -244,6 +265,9 @@ impl EnricherMetrics {
             if let Some(d) = f.probe_duration {
                 self.probe_duration.get_or_create(&l).set(d.as_secs_f64());
                 self.probe_seconds.observe(d.as_secs_f64());
+            }
+            if f.probe_failed || f.tally.is_some() {
+                self.unprobed.remove(&l);
             }
             let failures = self.probe_failures.get_or_create(&l);
             if f.probe_failed {

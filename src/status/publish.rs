@@ -496,13 +496,15 @@ fn release_freed_memory() {
 const MIN_GAP: Duration = Duration::from_secs(1);
 
 /// The status enricher: sweep, record metrics, publish (when leading), wait for the interval, a
-/// Machine appearing or going, or a change of leadership; forever.
+/// Machine appearing or going, or a change of leadership; forever. `first_sweep` is told when
+/// the first sweep after the caches synced is done (readiness waits for it).
 pub async fn enrich(
     client: Client,
     state: Arc<ClusterState>,
     sweep: SweepConfig,
     publisher: Option<Arc<Publisher>>,
     metrics: Arc<EnricherMetrics>,
+    mut first_sweep: Option<tokio::sync::oneshot::Sender<()>>,
 ) {
     let probers = Probers::default();
     let mut leadership = publisher.as_ref().map(|p| p.leadership().subscribe());
@@ -517,6 +519,9 @@ pub async fn enrich(
         if synced {
             metrics.sweep_started();
             sweep_once(&client, &state, &sweep, &probers).await;
+            if let Some(done) = first_sweep.take() {
+                let _ = done.send(());
+            }
         }
         let swept = started.elapsed();
         metrics.observe_sweep(&figures(&state));
