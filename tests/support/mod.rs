@@ -2,6 +2,7 @@
 //! leaves unused are expected.
 #![allow(dead_code, unused_imports)]
 
+pub mod envtest;
 pub mod etcd;
 pub mod guard;
 pub mod https;

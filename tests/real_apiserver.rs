@@ -1,0 +1,444 @@
+//! quorumguard against the real kube-apiserver (v1.32, `KUBEBUILDER_ASSETS`; see
+//! `tests/support/envtest.rs`): the rendered `manifests/` applied as users apply them, `serve`
+//! (the binary) running as the manifests' ServiceAccount through impersonation and registered
+//! through the manifests' ValidatingWebhookConfiguration (clientConfig switched to a loopback
+//! `url`), the Cluster API v1.14 CRDs, and real etcd 3.4 with TLS for the workload clusters.
+//!
+//! What the API-server stand-in cannot show and these tests do: the VWC and its CEL accepted and
+//! evaluated, the RBAC sufficient (and each permission needed), status writes validated by the
+//! CRD schema, Events as `kubectl describe` shows them, failurePolicy, dry-run and matchPolicy
+//! as kube-apiserver applies them.
+//!
+//! Without `KUBEBUILDER_ASSETS` each test prints one line saying it is skipped, and passes.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+use support::envtest::{
+    self, Envtest, SERVICE_ACCOUNT, Serve, api_for, must_create, must_replace, webhook_at,
+};
+use support::https::TestPki;
+use support::manifests::{manifests_dir, render};
+use support::reviews::NS;
+use support::seed::{KCP, cluster_objects};
+
+/// The assets, or return from the test (after one line saying it is skipped).
+macro_rules! assets_or_skip {
+    ($test:literal) => {
+        match envtest::assets($test) {
+            Some(a) => a,
+            None => return,
+        }
+    };
+}
+
+const MACHINES: &str = "machines";
+const KCPS: &str = "kubeadmcontrolplanes";
+const TEARDOWN: [&str; 3] = [
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+    "system:kube-controller-manager",
+    "system:serviceaccount:kube-system:namespace-controller",
+];
+/// A person, as the API server names them to the webhook.
+const ALICE: &str = "alice";
+
+/// The rendered objects of an install variant: `manifests/` (cert-manager) or
+/// `manifests/no-cert-manager/`.
+fn rendered(variant: &str) -> Vec<Value> {
+    let dir = if variant.is_empty() {
+        manifests_dir()
+    } else {
+        manifests_dir().join(variant)
+    };
+    render(&dir)
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in the rendered manifests"))
+}
+
+/// Cert-manager's own kinds: their CRDs are cert-manager's, not on this server.
+fn is_cert_manager(o: &Value) -> bool {
+    o["apiVersion"]
+        .as_str()
+        .is_some_and(|v| v.starts_with("cert-manager.io/"))
+}
+
+fn machines(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &quorumguard::state::watch::api_resource(quorumguard::state::Kind::Machine),
+    )
+}
+
+fn kcps(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &quorumguard::state::watch::api_resource(quorumguard::state::Kind::Kcp),
+    )
+}
+
+fn dry_run() -> DeleteParams {
+    DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    }
+}
+
+/// The message of an API refusal (panics on success or on another error).
+fn refusal<T: std::fmt::Debug>(what: &str, result: kube::Result<T>) -> String {
+    match result {
+        Err(kube::Error::Api(status)) => status.message,
+        other => panic!("{what}: expected the API server to refuse, got {other:?}"),
+    }
+}
+
+/// A worker Machine of Cluster `test` (no control-plane label).
+fn worker(name: &str) -> Value {
+    let mut m = support::reviews::machine_named(name, name);
+    m = support::reviews::stored(m);
+    let labels = m["metadata"]["labels"].as_object_mut().expect("labels");
+    labels.remove("cluster.x-k8s.io/control-plane");
+    labels.remove("cluster.x-k8s.io/control-plane-name");
+    m
+}
+
+/// Everything a test needs: the API server with the manifests applied, `serve` running as the
+/// manifests' ServiceAccount and registered through the manifests' VWC.
+struct World {
+    env: Envtest,
+    admin: Client,
+    pki: TestPki,
+    ca_pem: String,
+    vwc: Value,
+}
+
+impl World {
+    /// The API server, every object of `manifests/no-cert-manager/` applied (Namespace,
+    /// ServiceAccount, RBAC, Deployment, Service, PDB, NetworkPolicy, VWC as rendered) and
+    /// namespace [`NS`] for the workload clusters.
+    async fn start(assets: &envtest::Assets) -> World {
+        let env = Envtest::start(assets).await;
+        let admin = env.client().await;
+        let objects = rendered("no-cert-manager");
+        for o in &objects {
+            must_create(&admin, o).await;
+        }
+        envtest::namespace(&admin, NS).await;
+        let pki_dir = env.dir().join("pki");
+        std::fs::create_dir_all(&pki_dir).expect("pki dir");
+        let pki = TestPki::new(&pki_dir);
+        let ca_pem = std::fs::read_to_string(pki_dir.join("ca.crt")).expect("ca.crt");
+        let vwc = find(&objects, "ValidatingWebhookConfiguration").clone();
+        World {
+            env,
+            admin,
+            pki,
+            ca_pem,
+            vwc,
+        }
+    }
+
+    /// The kubeconfig of the manifests' ServiceAccount (the admin impersonating it).
+    fn sa_kubeconfig(&self) -> PathBuf {
+        self.env.kubeconfig_as(SERVICE_ACCOUNT)
+    }
+
+    /// Starts `serve` as the ServiceAccount with `flags` and waits until it is ready.
+    async fn serve(&self, name: &str, flags: &[&str]) -> Serve {
+        let mut s = Serve::start(
+            self.env.dir(),
+            &self.pki,
+            name,
+            &self.sa_kubeconfig(),
+            flags,
+        );
+        s.wait_ready().await;
+        s
+    }
+
+    /// Points the manifests' VWC at `addr` (loopback `url` + caBundle) and waits until the API
+    /// server calls it (a dry-run KCP spec change reaches `serve`, judged and recorded nowhere).
+    async fn register(&self, serve: &Serve) {
+        self.point_webhooks_at(serve.addr).await;
+        self.wait_called(serve).await;
+    }
+
+    async fn point_webhooks_at(&self, addr: SocketAddr) {
+        must_replace(&self.admin, &webhook_at(&self.vwc, addr, &self.ca_pem)).await;
+    }
+
+    /// Waits until a dry-run spec change of the KCP is judged by `serve`.
+    async fn wait_called(&self, serve: &Serve) {
+        let before = serve.review_count(KCPS).await;
+        let api = kcps(&self.admin, NS);
+        envtest::eventually("the webhook to be called", envtest::WAIT, || {
+            let api = api.clone();
+            async move {
+                let pp = PatchParams {
+                    dry_run: true,
+                    ..PatchParams::default()
+                };
+                let _ = api
+                    .patch(
+                        KCP,
+                        &pp,
+                        &Patch::Merge(json!({"spec": {"version": "v1.99.0"}})),
+                    )
+                    .await;
+                (serve.review_count(KCPS).await > before).then_some(())
+            }
+        })
+        .await;
+    }
+
+    /// Seeds Cluster `test` with its KCP (`replicas`) and one control-plane Machine per member.
+    async fn seed(
+        &self,
+        annotations: Value,
+        members: &[String],
+        ca: Option<&support::etcd::Pki>,
+        replicas: i64,
+    ) {
+        let objects = cluster_objects(NS, "test", annotations, members, ca, |k| {
+            k["spec"]["replicas"] = json!(replicas);
+        });
+        for o in &objects {
+            must_create(&self.admin, o).await;
+        }
+    }
+}
+
+/// Both install variants are accepted by kube-apiserver as rendered, every field kept (the VWC's
+/// CEL matchConditions compiled, its selectors, rules and policies stored as written); the
+/// namespace the guard excludes carries the label its namespaceSelector matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_install_variants_are_accepted_as_rendered() {
+    let assets = assets_or_skip!("both_install_variants_are_accepted_as_rendered");
+    let env = Envtest::start(&assets).await;
+    let admin = env.client().await;
+
+    for (variant, first) in [("", true), ("no-cert-manager", false)] {
+        let objects = rendered(variant);
+        let mut skipped = Vec::new();
+        for o in &objects {
+            if is_cert_manager(o) {
+                skipped.push(o["kind"].as_str().unwrap_or("?").to_string());
+                continue;
+            }
+            if first {
+                must_create(&admin, o).await;
+            } else {
+                must_replace(&admin, o).await;
+            }
+        }
+        let expected_skips: &[&str] = if variant.is_empty() {
+            &["Issuer", "Certificate"]
+        } else {
+            &[]
+        };
+        skipped.sort();
+        let mut want: Vec<String> = expected_skips.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        assert_eq!(
+            skipped, want,
+            "variant {variant:?}: only cert-manager's kinds are left out"
+        );
+
+        // What the server stored is what was rendered, field for field.
+        let rendered_vwc = find(&objects, "ValidatingWebhookConfiguration");
+        let stored = api_for(&admin, rendered_vwc)
+            .await
+            .get("quorumguard")
+            .await
+            .expect("the stored VWC");
+        let stored = serde_json::to_value(&stored).expect("json");
+        let stored_hooks = stored["webhooks"].as_array().expect("webhooks");
+        let hooks = rendered_vwc["webhooks"].as_array().expect("webhooks");
+        assert_eq!(stored_hooks.len(), hooks.len());
+        for (want, got) in hooks.iter().zip(stored_hooks) {
+            for (field, value) in want.as_object().expect("webhook") {
+                assert_eq!(
+                    &got[field], value,
+                    "variant {variant:?}, webhook {}: {field} stored differently",
+                    want["name"]
+                );
+            }
+        }
+        let annotations = &stored["metadata"]["annotations"];
+        assert_eq!(
+            annotations.get("cert-manager.io/inject-ca-from").is_some(),
+            variant.is_empty(),
+            "only the cert-manager variant asks cainjector for the caBundle"
+        );
+    }
+
+    let ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .get("quorumguard-system")
+        .await
+        .expect("namespace");
+    let labels = ns.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("kubernetes.io/metadata.name")
+            .map(String::as_str),
+        Some("quorumguard-system"),
+        "the namespaceSelector keys on the label kube-apiserver sets"
+    );
+}
+
+/// The VWC sends the webhook exactly what it judges, on the real server: teardown identities
+/// (matchConditions), metadata-only and status-only KCP updates (matchConditions and rules),
+/// worker Machines (objectSelector) and the guard's own namespace (namespaceSelector) never
+/// reach it (`serve`'s own review counter does not move), while `kubectl scale kcp` (the scale
+/// subresource), a `spec.replicas` patch and a person's control-plane Machine delete do, and
+/// are refused in the guard's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_is_called_for_exactly_what_it_judges() {
+    let assets = assets_or_skip!("the_webhook_is_called_for_exactly_what_it_judges");
+    let world = World::start(&assets).await;
+    let members: Vec<String> = ["cp-a", "cp-b", "cp-c"].map(String::from).to_vec();
+    world.seed(json!({}), &members, None, 3).await;
+    must_create(&world.admin, &worker("test-worker")).await;
+    // Without probes every health is unknown: people are refused (HealthUnknown) whenever the
+    // guard is asked, which is what this test wants to see.
+    let serve = world.serve("quorumguard-0", &["--no-probe"]).await;
+    world.register(&serve).await;
+
+    let admin = &world.admin;
+    let m = machines(admin, NS);
+    let k = kcps(admin, NS);
+
+    // Never called.
+    let machines_before = serve.review_count(MACHINES).await;
+    let kcps_before = serve.review_count(KCPS).await;
+    for user in TEARDOWN {
+        let as_user = world.env.client_as(user).await;
+        machines(&as_user, NS)
+            .delete("test-cp-a", &dry_run())
+            .await
+            .unwrap_or_else(|e| panic!("{user} deletes a control-plane Machine: {e}"));
+    }
+    m.delete("test-worker", &DeleteParams::default())
+        .await
+        .expect("a worker Machine is deleted without the guard");
+    // A control-plane Machine in the guard's own namespace (namespaceSelector).
+    let mut own = support::reviews::stored(support::reviews::machine_named("own-cp", "own-cp"));
+    own["metadata"]["namespace"] = json!("quorumguard-system");
+    must_create(admin, &own).await;
+    machines(admin, "quorumguard-system")
+        .delete("own-cp", &DeleteParams::default())
+        .await
+        .expect("a Machine in quorumguard-system is deleted without the guard");
+    // Metadata only: a label, then a finalizer added and removed (as KCP does in teardown).
+    for patch in [
+        json!({"metadata": {"labels": {"team": "a"}}}),
+        json!({"metadata": {"finalizers": ["kubeadm.controlplane.cluster.x-k8s.io"]}}),
+        json!({"metadata": {"finalizers": null}}),
+    ] {
+        k.patch(KCP, &PatchParams::default(), &Patch::Merge(patch.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("metadata-only KCP update {patch}: {e}"));
+    }
+    // Status only (the guard's own writes go there).
+    k.patch_status(
+        KCP,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"replicas": 3}})),
+    )
+    .await
+    .expect("a status-only KCP update");
+    assert_eq!(
+        serve.review_count(MACHINES).await,
+        machines_before,
+        "teardown identities, worker Machines and the guard's namespace never reach the webhook"
+    );
+    assert_eq!(
+        serve.review_count(KCPS).await,
+        kcps_before,
+        "metadata-only and status-only KCP updates never reach the webhook"
+    );
+
+    // Called, and refused in the guard's words.
+    let alice = world.env.client_as(ALICE).await;
+    let message = refusal(
+        "alice deletes a control-plane Machine",
+        machines(&alice, NS)
+            .delete("test-cp-a", &DeleteParams::default())
+            .await,
+    );
+    assert!(
+        message.contains("admission webhook \"machines.quorumguard.io\" denied the request"),
+        "{message}"
+    );
+    let reviews = serve.reviews(MACHINES).await;
+    assert_eq!(
+        reviews.values().sum::<u64>(),
+        machines_before + 1,
+        "one review for one delete: {reviews:?}"
+    );
+    assert!(reviews.contains_key("HealthUnknown"), "{reviews:?}");
+
+    let message = refusal(
+        "alice scales the KCP (scale subresource)",
+        kcps(&alice, NS)
+            .patch_scale(
+                KCP,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 5}})),
+            )
+            .await,
+    );
+    assert!(
+        message.contains("admission webhook \"kubeadmcontrolplanes.quorumguard.io\" denied"),
+        "{message}"
+    );
+    assert_eq!(serve.review_count(KCPS).await, kcps_before + 1);
+    let message = refusal(
+        "alice patches spec.replicas",
+        kcps(&alice, NS)
+            .patch(
+                KCP,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 5}})),
+            )
+            .await,
+    );
+    assert!(
+        message.contains("kubeadmcontrolplanes.quorumguard.io"),
+        "{message}"
+    );
+    assert_eq!(serve.review_count(KCPS).await, kcps_before + 2);
+    // kubectl itself, when there is one: `kubectl scale kcp` goes through the scale subresource.
+    if let Some(out) = world.env.kubectl(&[
+        "scale",
+        "kcp",
+        "-n",
+        NS,
+        KCP,
+        "--replicas=5",
+        "--as",
+        ALICE,
+        "--as-group=system:masters",
+    ]) {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "kubectl scale kcp was refused");
+        assert!(
+            stderr.contains("admission webhook \"kubeadmcontrolplanes.quorumguard.io\" denied"),
+            "{stderr}"
+        );
+        assert_eq!(serve.review_count(KCPS).await, kcps_before + 3);
+    }
+    let replicas = k.get(KCP).await.expect("kcp").data["spec"]["replicas"].clone();
+    assert_eq!(replicas, json!(3), "no refused change went through");
+}
