@@ -22,10 +22,11 @@ use serde_json::{Value, json};
 use support::envtest::{
     self, Envtest, SERVICE_ACCOUNT, Serve, api_for, must_create, must_replace, webhook_at,
 };
+use support::etcd::EtcdCluster;
 use support::https::TestPki;
 use support::manifests::{manifests_dir, render};
 use support::reviews::NS;
-use support::seed::{KCP, cluster_objects};
+use support::seed::{KCP, cluster_objects, direct_to};
 
 /// The assets, or return from the test (after one line saying it is skipped).
 macro_rules! assets_or_skip {
@@ -441,4 +442,290 @@ async fn the_webhook_is_called_for_exactly_what_it_judges() {
     }
     let replicas = k.get(KCP).await.expect("kcp").data["spec"]["replicas"].clone();
     assert_eq!(replicas, json!(3), "no refused change went through");
+}
+
+/// `serve` flags for a world with real etcd: direct transport, a sweep every second, a short
+/// Lease (so a takeover is quick), Events on.
+const SWEEPING: [&str; 5] = [
+    "--etcd-transport=direct",
+    "--probe-interval=1s",
+    "--lease-duration=4s",
+    "--lease-renew-deadline=3s",
+    "--lease-retry-period=1s",
+];
+
+/// The KCP's `status.conditions`.
+async fn conditions(client: &Client) -> Vec<Value> {
+    let kcp = kcps(client, NS).get(KCP).await.expect("the KCP");
+    kcp.data["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// (reason, message) of condition `type_`, if the KCP carries it.
+fn condition(conditions: &[Value], type_: &str) -> Option<(String, String)> {
+    conditions.iter().find(|c| c["type"] == type_).map(|c| {
+        (
+            c["reason"].as_str().unwrap_or_default().to_string(),
+            c["message"].as_str().unwrap_or_default().to_string(),
+        )
+    })
+}
+
+const ETCD_QUORUM: &str = "quorumguard.io/EtcdQuorum";
+const NEXT_ACTION: &str = "quorumguard.io/NextAction";
+
+/// Waits until the KCP's conditions satisfy `done` (bounded by [`envtest::WAIT`]); returns them.
+async fn conditions_when(
+    client: &Client,
+    what: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let done = &done;
+    envtest::eventually(what, envtest::WAIT, || async move {
+        let c = conditions(client).await;
+        done(&c).then_some(c)
+    })
+    .await
+}
+
+/// The events.k8s.io Events about `name` in [`NS`].
+async fn events_about(client: &Client, name: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .expect("list Events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect()
+}
+
+/// What the ServiceAccount asked of the API server, from its audit log: (verb, group,
+/// resource[/subresource], HTTP code) per request.
+fn requests_of(env: &Envtest, user: &str) -> Vec<(String, String, String, i64)> {
+    env.audit_events()
+        .into_iter()
+        .filter(|e| e["impersonatedUser"]["username"] == user || e["user"]["username"] == user)
+        .map(|e| {
+            let o = &e["objectRef"];
+            let mut resource = o["resource"].as_str().unwrap_or_default().to_string();
+            if let Some(sub) = o["subresource"].as_str() {
+                resource = format!("{resource}/{sub}");
+            }
+            (
+                e["verb"].as_str().unwrap_or_default().to_string(),
+                o["apiGroup"].as_str().unwrap_or_default().to_string(),
+                resource,
+                e["responseStatus"]["code"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// A ClusterRole or Role with `verb` on `group`/`resource` taken away (everything else kept).
+fn without(role: &Value, group: &str, resource: &str, verb: &str) -> Value {
+    let mut role = role.clone();
+    let has =
+        |r: &Value, key: &str, v: &str| r[key].as_array().is_some_and(|a| a.iter().any(|x| x == v));
+    let mut rules = Vec::new();
+    let mut found = false;
+    for rule in role["rules"].as_array().expect("rules") {
+        if !(has(rule, "apiGroups", group)
+            && has(rule, "resources", resource)
+            && has(rule, "verbs", verb))
+        {
+            rules.push(rule.clone());
+            continue;
+        }
+        found = true;
+        let rest = |key: &str, drop: &str| -> Vec<Value> {
+            rule[key]
+                .as_array()
+                .expect("list")
+                .iter()
+                .filter(|x| *x != drop)
+                .cloned()
+                .collect()
+        };
+        let others = rest("resources", resource);
+        if !others.is_empty() {
+            let mut r = rule.clone();
+            r["resources"] = json!(others);
+            rules.push(r);
+        }
+        let verbs = rest("verbs", verb);
+        if !verbs.is_empty() {
+            let mut r = rule.clone();
+            r["resources"] = json!([resource]);
+            r["verbs"] = json!(verbs);
+            rules.push(r);
+        }
+    }
+    assert!(found, "no rule grants {verb} on {group}/{resource}");
+    role["rules"] = json!(rules);
+    role
+}
+
+/// The first warning or error `serve` logged in `log` that names `needle`.
+fn loud_line<'a>(log: &'a str, needle: &str) -> Option<&'a str> {
+    log.lines().find(|line| {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            return false;
+        };
+        let loud = matches!(v["level"].as_str(), Some("WARN" | "ERROR"));
+        loud && v.to_string().replace("\\\"", "\"").contains(needle)
+    })
+}
+
+/// `serve` running as the manifests' ServiceAccount (the admin impersonating it, with the
+/// manifests' ClusterRole, Role and bindings applied) does all its work on the real server —
+/// watches, reading the etcd CA Secret to probe, status writes, Events, the Lease — and the
+/// audit log shows no request of it refused. With any one of those permissions taken away, the
+/// same run fails loudly: a warning naming the verb and resource the API server refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_as_the_service_account_has_the_permissions_it_needs() {
+    let assets = assets_or_skip!("serve_as_the_service_account_has_the_permissions_it_needs");
+    let world = World::start(&assets).await;
+    let etcd = EtcdCluster::start(1);
+    let members = vec![etcd.name(0).to_string()];
+    world
+        .seed(direct_to(&etcd), &members, Some(&etcd.pki), 1)
+        .await;
+    let mut serve = world.serve("quorumguard-0", &SWEEPING).await;
+    world.register(&serve).await;
+    let admin = &world.admin;
+
+    // Probed (the etcd CA Secret was read) and published (status read and written).
+    let published = conditions_when(admin, "EtcdQuorum from a successful probe", |c| {
+        condition(c, ETCD_QUORUM).is_some_and(|(reason, _)| reason != "ProbeFailed")
+    })
+    .await;
+    assert!(condition(&published, NEXT_ACTION).is_some());
+    // An Event for a refusal (the only member: LastMember).
+    let alice = world.env.client_as(ALICE).await;
+    let machine = format!("test-{}", members[0]);
+    refusal(
+        "alice deletes the only control-plane Machine",
+        machines(&alice, NS)
+            .delete(&machine, &DeleteParams::default())
+            .await,
+    );
+    let events = envtest::eventually("the refusal's Event", envtest::WAIT, || async {
+        let e = events_about(admin, &machine).await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert_eq!(
+        events[0].reporting_controller.as_deref(),
+        Some("quorumguard")
+    );
+    assert_eq!(
+        events[0].reporting_instance.as_deref(),
+        Some("quorumguard-0")
+    );
+    // The Lease.
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        admin.clone(),
+        "quorumguard-system",
+    )
+    .get("quorumguard")
+    .await
+    .expect("the Lease");
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("quorumguard-0")
+    );
+
+    // The server's view: every kind of request it made, answered 2xx; none refused.
+    let requests = requests_of(&world.env, SERVICE_ACCOUNT);
+    for (verb, resource) in [
+        ("list", "machines"),
+        ("watch", "machines"),
+        ("list", "clusters"),
+        ("watch", "clusters"),
+        ("list", "kubeadmcontrolplanes"),
+        ("watch", "kubeadmcontrolplanes"),
+        ("get", "secrets"),
+        ("get", "kubeadmcontrolplanes/status"),
+        ("update", "kubeadmcontrolplanes/status"),
+        ("create", "events"),
+        ("get", "leases"),
+        ("create", "leases"),
+    ] {
+        assert!(
+            requests
+                .iter()
+                .any(|(v, _, r, code)| v == verb && r == resource && (200..300).contains(code)),
+            "the ServiceAccount did {verb} {resource} successfully: {requests:?}"
+        );
+    }
+    let refused: Vec<_> = requests.iter().filter(|r| r.3 == 403).collect();
+    assert!(refused.is_empty(), "refused: {refused:?}");
+    assert!(
+        !serve.log().to_lowercase().contains("forbidden"),
+        "serve logged a refusal:\n{}",
+        serve.log()
+    );
+
+    // Each permission taken away in turn: the same run, and a loud warning naming it.
+    let objects = rendered("no-cert-manager");
+    let cluster_role = find(&objects, "ClusterRole").clone();
+    let role = find(&objects, "Role").clone();
+    let k = kcps(admin, NS);
+    for (kind, group, resource, verb) in [
+        ("ClusterRole", "cluster.x-k8s.io", "machines", "watch"),
+        ("ClusterRole", "cluster.x-k8s.io", "clusters", "list"),
+        (
+            "ClusterRole",
+            "controlplane.cluster.x-k8s.io",
+            "kubeadmcontrolplanes",
+            "list",
+        ),
+        (
+            "ClusterRole",
+            "controlplane.cluster.x-k8s.io",
+            "kubeadmcontrolplanes/status",
+            "update",
+        ),
+        ("ClusterRole", "", "secrets", "get"),
+        ("ClusterRole", "events.k8s.io", "events", "create"),
+        ("Role", "coordination.k8s.io", "leases", "update"),
+    ] {
+        let original = if kind == "Role" { &role } else { &cluster_role };
+        serve.kill();
+        must_replace(admin, &without(original, group, resource, verb)).await;
+        // Nothing of ours left in the status: the restarted replica has something to write.
+        k.patch_status(
+            KCP,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": []}})),
+        )
+        .await
+        .expect("clear the conditions");
+        let from = serve.log().len();
+        serve.restart();
+        let group_text = if group.is_empty() {
+            String::new()
+        } else {
+            format!(" in API group \"{group}\"")
+        };
+        let needle = format!("cannot {verb} resource \"{resource}\"{group_text}");
+        envtest::eventually(&format!("a warning naming {needle}"), envtest::WAIT, || {
+            let (alice, machine, serve, needle) = (&alice, &machine, &serve, &needle);
+            async move {
+                if resource == "events" {
+                    // Events are written for refusals: ask for one.
+                    let _ = machines(alice, NS)
+                        .delete(machine, &DeleteParams::default())
+                        .await;
+                }
+                let log = serve.log();
+                loud_line(&log[from.min(log.len())..], needle).map(|_| ())
+            }
+        })
+        .await;
+        must_replace(admin, original).await;
+    }
 }
