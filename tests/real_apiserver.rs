@@ -203,6 +203,15 @@ impl World {
         .await;
     }
 
+    /// [`World::start`] with Cluster `test`, its KCP (3 replicas) and Machines test-cp-{a,b,c}
+    /// (nodes cp-{a,b,c}), no etcd.
+    async fn with_fixture_control_plane(assets: &envtest::Assets) -> World {
+        let world = World::start(assets).await;
+        let members: Vec<String> = ["cp-a", "cp-b", "cp-c"].map(String::from).to_vec();
+        world.seed(json!({}), &members, None, 3).await;
+        world
+    }
+
     /// Seeds Cluster `test` with its KCP (`replicas`) and one control-plane Machine per member.
     async fn seed(
         &self,
@@ -307,9 +316,7 @@ async fn both_install_variants_are_accepted_as_rendered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_is_called_for_exactly_what_it_judges() {
     let assets = assets_or_skip!("the_webhook_is_called_for_exactly_what_it_judges");
-    let world = World::start(&assets).await;
-    let members: Vec<String> = ["cp-a", "cp-b", "cp-c"].map(String::from).to_vec();
-    world.seed(json!({}), &members, None, 3).await;
+    let world = World::with_fixture_control_plane(&assets).await;
     must_create(&world.admin, &worker("test-worker")).await;
     // Without probes every health is unknown: people are refused (HealthUnknown) whenever the
     // guard is asked, which is what this test wants to see.
@@ -727,5 +734,175 @@ async fn serve_as_the_service_account_has_the_permissions_it_needs() {
         })
         .await;
         must_replace(admin, original).await;
+    }
+}
+
+/// `count` conditions of another controller's, as KCP or a third party writes them.
+fn foreign_conditions(count: usize) -> Vec<Value> {
+    (0..count)
+        .map(|i| {
+            json!({
+                "type": format!("example.com/Check{i}"),
+                "status": "True",
+                "reason": "Fine",
+                "message": format!("check {i} is fine"),
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            })
+        })
+        .collect()
+}
+
+/// The status writer on the real server, in the cases that stress KCP's CRD schema
+/// (`status.conditions`: at most 32 items, a message at most 32768 characters, a reason
+/// matching `^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`): with 30 conditions of others it
+/// writes its two (32 in all, the others untouched and in place); with 31 it writes nothing and
+/// fails nothing; a member table far over the limit is cut to fit and accepted; and every reason
+/// code it can publish, each EtcdQuorum reason and each NextAction code, is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_writes_pass_the_kcp_crd_schema() {
+    use quorumguard::engine::{ActionCode, Health, Member, Policy};
+    use quorumguard::lease::Leadership;
+    use quorumguard::state::{ClusterState, Kind, watch};
+    use quorumguard::status::conditions::QuorumReason;
+    use quorumguard::status::metrics::EnricherMetrics;
+    use quorumguard::status::publish::{Outcome, PublishConfig, Publisher};
+    use std::sync::Arc;
+
+    let assets = assets_or_skip!("status_writes_pass_the_kcp_crd_schema");
+    let world = World::with_fixture_control_plane(&assets).await;
+    let admin = &world.admin;
+    let k = kcps(admin, NS);
+    // The status writer of `serve`, as the ServiceAccount, fed by its own watches.
+    let sa = Envtest::client_from(&world.sa_kubeconfig()).await;
+    let state = Arc::new(ClusterState::new());
+    let watches: Vec<_> = Kind::ALL
+        .into_iter()
+        .map(|kind| tokio::spawn(watch::run(sa.clone(), kind, state.clone(), |_| {})))
+        .collect();
+    envtest::eventually("the caches to sync", envtest::WAIT, || {
+        let synced = state.all_synced();
+        async move { synced.then_some(()) }
+    })
+    .await;
+    // A fresh writer remembers nothing it wrote: it reads and compares every time.
+    let new_publisher = || {
+        Publisher::new(
+            sa.clone(),
+            state.clone(),
+            Policy::default(),
+            Leadership::always(),
+            PublishConfig::default(),
+            Arc::new(EnricherMetrics::register(
+                &quorumguard::telemetry::Metrics::new(),
+            )),
+        )
+    };
+    let publisher = new_publisher();
+    let healthy: Vec<Member> = support::reviews::members(&[("a", true), ("b", true), ("c", true)]);
+    let set_conditions = |conditions: Vec<Value>| {
+        let k = k.clone();
+        async move {
+            k.patch_status(
+                KCP,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"conditions": conditions}})),
+            )
+            .await
+            .expect("write conditions as the admin")
+        }
+    };
+
+    // 30 of others: ours make 32, the others stay as they were, in place.
+    set_conditions(foreign_conditions(30)).await;
+    state.set_health(NS, "test", healthy.clone(), std::time::Instant::now());
+    let outcome = publisher.publish_one(NS, KCP).await;
+    assert!(
+        matches!(outcome, Ok(Outcome::Written { .. })),
+        "with 30 conditions present: {outcome:?}"
+    );
+    let now = conditions(admin).await;
+    assert_eq!(now.len(), 32);
+    let theirs: Vec<Value> = now[..30]
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            c.as_object_mut()
+                .expect("condition")
+                .remove("observedGeneration");
+            c
+        })
+        .collect();
+    assert_eq!(
+        theirs,
+        foreign_conditions(30),
+        "the others' conditions are untouched"
+    );
+    assert_eq!(now[30]["type"], ETCD_QUORUM);
+    assert_eq!(now[31]["type"], NEXT_ACTION);
+
+    // 31 of others: no room, nothing written, no error.
+    set_conditions(foreign_conditions(31)).await;
+    let publisher = new_publisher();
+    let outcome = publisher.publish_one(NS, KCP).await;
+    assert!(
+        matches!(outcome, Ok(Outcome::NoRoom)),
+        "with 31 present: {outcome:?}"
+    );
+    assert_eq!(conditions(admin).await.len(), 31);
+
+    // A member table far over 32768 characters (multi-byte errors, so bytes and characters
+    // differ): cut to fit, and the server takes it.
+    set_conditions(Vec::new()).await;
+    let error = "context deadline exceeded — étcd ñode unreachable ".repeat(8);
+    let many: Vec<Member> = (0..150u64)
+        .map(|i| {
+            let mut m = Member::new(0x2000 + i, format!("member-{i:03}"));
+            m.health = Health::Unhealthy(error.clone());
+            m
+        })
+        .chain(healthy.clone())
+        .collect();
+    state.set_health(NS, "test", many, std::time::Instant::now());
+    let outcome = publisher.publish_one(NS, KCP).await;
+    assert!(
+        matches!(outcome, Ok(Outcome::Written { .. })),
+        "a long member table: {outcome:?}"
+    );
+    let (_, message) = condition(&conditions(admin).await, ETCD_QUORUM).expect("EtcdQuorum");
+    let chars = message.chars().count();
+    assert!(
+        (30_000..=32_768).contains(&chars),
+        "the message is cut near the limit: {chars} characters"
+    );
+
+    // Every reason code, as the guard writes it (read, replace the two, write the status).
+    let quorum = QuorumReason::ALL.map(|r| r.as_str());
+    let actions = ActionCode::ALL.map(|c| c.as_str());
+    for i in 0..quorum.len().max(actions.len()) {
+        let (q, a) = (quorum[i % quorum.len()], actions[i % actions.len()]);
+        let ours = json!([
+            {"type": ETCD_QUORUM, "status": "False", "reason": q,
+             "message": format!("reason {q}"), "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": NEXT_ACTION, "status": "True", "reason": a,
+             "message": format!("action {a}"), "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        ]);
+        let api = kcps(&sa, NS);
+        let mut kcp = api.get_status(KCP).await.expect("read the KCP status");
+        kcp.data["status"]["conditions"] = ours;
+        api.replace_status(KCP, &Default::default(), &kcp)
+            .await
+            .unwrap_or_else(|e| panic!("reasons {q} and {a}: {e}"));
+        let now = conditions(admin).await;
+        assert_eq!(
+            condition(&now, ETCD_QUORUM).map(|c| c.0).as_deref(),
+            Some(q)
+        );
+        assert_eq!(
+            condition(&now, NEXT_ACTION).map(|c| c.0).as_deref(),
+            Some(a)
+        );
+    }
+    for w in watches {
+        w.abort();
     }
 }
