@@ -15,6 +15,7 @@ mod support;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
@@ -103,6 +104,13 @@ async fn scale(
 async fn patch_replicas(api: &Api<DynamicObject>, replicas: i64) -> kube::Result<DynamicObject> {
     let patch = Patch::Merge(json!({"spec": {"replicas": replicas}}));
     api.patch(KCP, &PatchParams::default(), &patch).await
+}
+
+/// A served version other than the storage one: `kind` through v1beta1, in [`NS`].
+fn v1beta1(client: &Client, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk(group, "v1beta1", kind);
+    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, plural);
+    Api::namespaced_with(client.clone(), NS, &ar)
 }
 
 fn dry_run() -> DeleteParams {
@@ -226,6 +234,23 @@ impl World {
         let members: Vec<String> = ["cp-a", "cp-b", "cp-c"].map(String::from).to_vec();
         world.seed(json!({}), &members, None, 3).await;
         world
+    }
+
+    /// [`World::start`] with a real etcd cluster of `n` members (TLS, loopback) and Cluster
+    /// `test` over it (direct transport, its CA Secret), its KCP (`replicas`) and one Machine
+    /// `test-<member>` per member.
+    async fn with_etcd(
+        assets: &envtest::Assets,
+        n: usize,
+        replicas: i64,
+    ) -> (World, EtcdCluster, Vec<String>) {
+        let world = World::start(assets).await;
+        let etcd = EtcdCluster::start(n);
+        let members: Vec<String> = (0..n).map(|i| etcd.name(i).to_string()).collect();
+        world
+            .seed(direct_to(&etcd), &members, Some(&etcd.pki), replicas)
+            .await;
+        (world, etcd, members)
     }
 
     /// [`World::with_fixture_control_plane`] plus worker Machine `test-worker`, with `serve`
@@ -500,11 +525,19 @@ async fn conditions_when(
     done: impl Fn(&[Value]) -> bool,
 ) -> Vec<Value> {
     let done = &done;
-    envtest::eventually(what, envtest::WAIT, || async move {
+    let found = envtest::poll(envtest::WAIT, || async move {
         let c = conditions(client).await;
         done(&c).then_some(c)
     })
-    .await
+    .await;
+    match found {
+        Some(c) => c,
+        None => panic!(
+            "timed out after {:?} waiting for {what}; the KCP's conditions: {:#?}",
+            envtest::WAIT,
+            conditions(client).await
+        ),
+    }
 }
 
 /// The events.k8s.io Events about `name` in [`NS`].
@@ -604,12 +637,7 @@ fn loud_line<'a>(log: &'a str, needle: &str) -> Option<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_as_the_service_account_has_the_permissions_it_needs() {
     let assets = assets_or_skip!("serve_as_the_service_account_has_the_permissions_it_needs");
-    let world = World::start(&assets).await;
-    let etcd = EtcdCluster::start(1);
-    let members = vec![etcd.name(0).to_string()];
-    world
-        .seed(direct_to(&etcd), &members, Some(&etcd.pki), 1)
-        .await;
+    let (world, _etcd, members) = World::with_etcd(&assets, 1, 1).await;
     let mut serve = world.serve("quorumguard-0", &SWEEPING).await;
     world.register(&serve).await;
     let admin = &world.admin;
@@ -1082,12 +1110,7 @@ async fn with_serve_down_only_what_it_guards_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_is_judged_and_records_nothing() {
     let assets = assets_or_skip!("a_dry_run_is_judged_and_records_nothing");
-    let world = World::start(&assets).await;
-    let etcd = EtcdCluster::start(2);
-    let members: Vec<String> = (0..2).map(|i| etcd.name(i).to_string()).collect();
-    world
-        .seed(direct_to(&etcd), &members, Some(&etcd.pki), 1)
-        .await;
+    let (world, _etcd, members) = World::with_etcd(&assets, 2, 1).await;
     let serve = world.serve("quorumguard-0", &SWEEPING).await;
     world.register(&serve).await;
     let admin = &world.admin;
@@ -1150,4 +1173,248 @@ async fn a_dry_run_is_judged_and_records_nothing() {
         "the dry run counted: {events:#?}"
     );
     assert!(events_about(admin, &first).await.is_empty());
+}
+
+/// cluster-api #2651 end to end on the real API server with real etcd (4 members with TLS, a
+/// rollout's 4 Machines for 3 replicas): the oldest member is removed while its Machine stays;
+/// the guard publishes MembershipMismatch and DeleteMachine for it; a person's delete of a
+/// healthy Machine is refused, naming that way out; KCP's delete of the memberless Machine is
+/// allowed; the conditions end Healthy / None and etcd's members are the 3 Machines' nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_2651_story_ends_healthy() {
+    let assets = assets_or_skip!("the_2651_story_ends_healthy");
+    let (world, mut etcd, members) = World::with_etcd(&assets, 4, 3).await;
+    // The real server stamps every Machine with its creation time, so these are seconds old,
+    // and the guard takes a Machine without a member for one still joining (WaitForJoin) for
+    // `--join-grace`. In #2651 the stranded Machine is the rollout's oldest: let seconds count
+    // as old. 8 s is usually longer than the setup, so the member is removed while the Machine
+    // is still "joining" and the guard must re-publish once it is not (time alone changes the
+    // next action).
+    let mut flags = SWEEPING.to_vec();
+    flags.push("--join-grace=8s");
+    let serve = world.serve("quorumguard-0", &flags).await;
+    world.register(&serve).await;
+    let admin = &world.admin;
+    let reason_is = |q: &'static str, a: &'static str| {
+        move |c: &[Value]| {
+            condition(c, ETCD_QUORUM).is_some_and(|(r, _)| r == q)
+                && condition(c, NEXT_ACTION).is_some_and(|(r, _)| r == a)
+        }
+    };
+    conditions_when(
+        admin,
+        "Healthy / WaitForRollout",
+        reason_is("Healthy", "WaitForRollout"),
+    )
+    .await;
+
+    // KCP removed the oldest member, then lost leader election before deleting its Machine.
+    assert!(etcd.remove_member(0), "a removed member's etcd exits");
+    let stuck = conditions_when(
+        admin,
+        "MembershipMismatch / DeleteMachine",
+        reason_is("MembershipMismatch", "DeleteMachine"),
+    )
+    .await;
+    let stranded = format!("test-{}", members[0]);
+    let (_, action) = condition(&stuck, NEXT_ACTION).expect("NextAction");
+    assert!(
+        action.contains(&format!("kubectl delete machine -n {NS} {stranded}")),
+        "{action}"
+    );
+
+    // A person deletes a healthy Machine: refused, told the way out.
+    let alice = machines(&world.env.client_as(ALICE).await, NS);
+    let healthy = format!("test-{}", members[1]);
+    let message = refusal(
+        "alice deletes a healthy Machine",
+        alice.delete(&healthy, &DeleteParams::default()).await,
+    );
+    assert!(denied_by_guard(&message), "{message}");
+    assert!(message.contains(&stranded), "names the way out: {message}");
+    assert!(
+        serve
+            .reviews(MACHINES)
+            .await
+            .contains_key("BelowDesiredReplicas")
+    );
+
+    // KCP's controller finishes the interrupted step.
+    machines(&world.env.client_as(KCP_CONTROLLER).await, NS)
+        .delete(&stranded, &DeleteParams::default())
+        .await
+        .expect("KCP deletes the memberless Machine");
+    assert!(serve.reviews(MACHINES).await.contains_key("MemberAbsent"));
+    conditions_when(admin, "Healthy / None", reason_is("Healthy", "None")).await;
+    let mut left: Vec<String> = etcd.member_list().into_iter().map(|m| m.1).collect();
+    left.sort();
+    assert_eq!(left, members[1..].to_vec());
+    machines(admin, NS)
+        .get(&healthy)
+        .await
+        .expect("the healthy Machine is still there");
+}
+
+/// The Lease holder's `quorumguard_leader` and written-status count.
+async fn leader_and_writes(serve: &Serve) -> (f64, f64) {
+    let metrics = serve.metrics().await;
+    let leader = envtest::samples(&metrics, "quorumguard_leader")
+        .first()
+        .map_or(0.0, |s| s.1);
+    let written = envtest::samples(&metrics, "quorumguard_status_writes_total")
+        .into_iter()
+        .filter(|(l, _)| l.get("result").map(String::as_str) == Some("written"))
+        .map(|s| s.1)
+        .sum();
+    (leader, written)
+}
+
+/// Who holds the Lease, and how many times it changed hands.
+async fn lease_holder(client: &Client) -> (Option<String>, i32) {
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        "quorumguard-system",
+    )
+    .get_opt("quorumguard")
+    .await
+    .expect("read the Lease");
+    let spec = lease.and_then(|l| l.spec).unwrap_or_default();
+    (spec.holder_identity, spec.lease_transitions.unwrap_or(0))
+}
+
+/// Two `serve` replicas on the real server: only the Lease holder writes KCP status; killed
+/// (SIGKILL: no release), the other takes the Lease once it has expired — not before the
+/// lease duration less one retry period, and within the duration plus two retry periods and
+/// some scheduling slack — and re-publishes the conditions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_replica_takes_over_the_lease_and_republishes() {
+    let assets = assets_or_skip!("a_second_replica_takes_over_the_lease_and_republishes");
+    let (world, _etcd, _) = World::with_etcd(&assets, 1, 1).await;
+    let mut replicas = [
+        world.serve("quorumguard-0", &SWEEPING).await,
+        world.serve("quorumguard-1", &SWEEPING).await,
+    ];
+    let admin = &world.admin;
+    conditions_when(admin, "the conditions", |c| {
+        condition(c, ETCD_QUORUM).is_some()
+    })
+    .await;
+    let (holder, transitions) = lease_holder(admin).await;
+    let holder = holder.expect("a holder");
+    let h = replicas
+        .iter()
+        .position(|r| r.name == holder)
+        .expect("the holder is one of the replicas");
+    let o = 1 - h;
+    let (leader, written) = leader_and_writes(&replicas[h]).await;
+    assert_eq!(leader, 1.0);
+    assert!(written >= 1.0, "the holder wrote");
+    assert_eq!(
+        leader_and_writes(&replicas[o]).await,
+        (0.0, 0.0),
+        "the other replica neither leads nor writes"
+    );
+
+    replicas[h].kill();
+    let killed = std::time::Instant::now();
+    // Nothing of ours left: the taker must publish again.
+    kcps(admin, NS)
+        .patch_status(
+            KCP,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": []}})),
+        )
+        .await
+        .expect("clear the conditions");
+    let other = replicas[o].name.clone();
+    envtest::eventually("the other replica to take the Lease", envtest::WAIT, || {
+        let other = other.clone();
+        async move { (lease_holder(admin).await.0.as_deref() == Some(other.as_str())).then_some(()) }
+    })
+    .await;
+    let took = killed.elapsed();
+    let (duration, retry) = (Duration::from_secs(4), Duration::from_secs(1));
+    assert!(
+        took >= duration - retry,
+        "taken over after {took:?}: before the Lease could have expired"
+    );
+    assert!(
+        took <= duration + 2 * retry + Duration::from_secs(3),
+        "taken over after {took:?}"
+    );
+    assert_eq!(lease_holder(admin).await.1, transitions + 1);
+    conditions_when(admin, "the conditions again", |c| {
+        condition(c, ETCD_QUORUM).is_some()
+    })
+    .await;
+    let (leader, written) = leader_and_writes(&replicas[o]).await;
+    assert_eq!(leader, 1.0);
+    assert!(written >= 1.0, "the new holder wrote");
+}
+
+/// `matchPolicy: Equivalent`: requests through the other served version (v1beta1) of Machine
+/// and KubeadmControlPlane are judged too — a delete, a `spec.replicas` patch and the scale
+/// subresource — and read right (the guard finds the Machine's control plane: HealthUnknown,
+/// not NoControlPlane). With the rules narrowed to v1beta2 the manifests' matchPolicy still
+/// sends them (converted); a v1beta1 worker delete is still not sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_through_v1beta1_are_judged() {
+    let assets = assets_or_skip!("requests_through_v1beta1_are_judged");
+    let (world, serve) = World::guarded_without_probes(&assets).await;
+    let alice = world.env.client_as(ALICE).await;
+    let machines_v1beta1 = v1beta1(&alice, "cluster.x-k8s.io", "Machine", "machines");
+    let kcps_v1beta1 = v1beta1(
+        &alice,
+        "controlplane.cluster.x-k8s.io",
+        "KubeadmControlPlane",
+        "kubeadmcontrolplanes",
+    );
+    let narrowed = {
+        let mut vwc = world.vwc.clone();
+        for w in vwc["webhooks"].as_array_mut().expect("webhooks") {
+            w["rules"][0]["apiVersions"] = json!(["v1beta2"]);
+        }
+        vwc
+    };
+    for (registration, vwc) in [
+        ("as rendered", &world.vwc),
+        ("narrowed to v1beta2", &narrowed),
+    ] {
+        must_replace(&world.admin, &webhook_at(vwc, serve.addr, &world.ca_pem)).await;
+        world.wait_called(&serve).await;
+        let (m, k) = (
+            serve.review_count(MACHINES).await,
+            serve.review_count(KCPS).await,
+        );
+        let message = refusal(
+            "alice deletes a control-plane Machine through v1beta1",
+            machines_v1beta1
+                .delete("test-cp-a", &DeleteParams::default())
+                .await,
+        );
+        assert!(denied_by_guard(&message), "{registration}: {message}");
+        let reviews = serve.reviews(MACHINES).await;
+        assert_eq!(reviews.values().sum::<u64>(), m + 1, "{registration}");
+        assert!(
+            !reviews.contains_key("NoControlPlane"),
+            "{registration}: {reviews:?}"
+        );
+        for (what, result) in [
+            (
+                "spec.replicas",
+                patch_replicas(&kcps_v1beta1, 5).await.map(|_| ()),
+            ),
+            ("scale", scale(&kcps_v1beta1, 5).await.map(|_| ())),
+        ] {
+            let message = refusal(&format!("{registration}: v1beta1 {what}"), result);
+            assert!(denied_by_guard(&message), "{registration}: {message}");
+        }
+        assert_eq!(serve.review_count(KCPS).await, k + 2, "{registration}");
+    }
+    machines_v1beta1
+        .delete("test-worker", &DeleteParams::default())
+        .await
+        .expect("a worker Machine through v1beta1");
+    let reviews = serve.reviews(MACHINES).await;
+    assert!(!reviews.contains_key("NotControlPlane"), "{reviews:?}");
 }

@@ -615,7 +615,19 @@ impl Envtest {
 }
 
 /// Polls `probe` every 100 ms until it yields, for at most `bound` (and 1,000 polls).
-pub async fn eventually<T, F, Fut>(what: &str, bound: Duration, mut probe: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, bound: Duration, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    poll(bound, probe)
+        .await
+        .unwrap_or_else(|| panic!("timed out after {bound:?} waiting for {what}"))
+}
+
+/// Polls `probe` every 100 ms until it yields, for at most `bound` (and 1,000 polls); `None`
+/// when it never did.
+pub async fn poll<T, F, Fut>(bound: Duration, mut probe: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -623,15 +635,14 @@ where
     let deadline = Instant::now() + bound;
     for _ in 0..1_000 {
         if let Some(v) = probe().await {
-            return v;
+            return Some(v);
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {bound:?} waiting for {what}"
-        );
+        if Instant::now() >= deadline {
+            return None;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("gave up waiting for {what}");
+    None
 }
 
 /// Polls `probe` every 100 ms until it answers `Ok`, for at most `bound`; fails the test with
