@@ -17,6 +17,7 @@
 //!   CA shaped like Cluster API's `<cluster>-etcd` Secret, and the faults the playground and
 //!   the tests need: freeze (SIGSTOP), thaw, kill, remove a member, add and start a member or
 //!   a learner, promote it.
+//! - [`child`]: child processes that die with this process even when it is SIGKILLed.
 //! - [`webhooks`]: kube-apiserver's validating-webhook dispatch for the stand-in, driven by the
 //!   repo's ValidatingWebhookConfiguration: matching writes are sent over real HTTPS to
 //!   `quorumguard serve` and its verdicts answered as kube-apiserver answers them
@@ -26,6 +27,7 @@
 //! whole playground in `tests/playground.rs`.
 
 pub mod apiserver;
+pub mod child;
 pub mod etcd;
 pub mod kcp;
 pub mod scenarios;

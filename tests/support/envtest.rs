@@ -12,9 +12,9 @@
 //!   `../shared/capi-crds/` beside the repository (or `QUORUMGUARD_CAPI_CRDS`), established.
 //!
 //! Every process is killed by its PID when its owner is dropped, also when a test panics, and
-//! gets `PR_SET_PDEATHSIG` so the kernel kills it if the test process itself dies (a timeout
-//! killing the test binary leaves nothing behind). Spawn them from the test's own thread (the
-//! signal follows the thread that spawned the child), which a `#[tokio::test]` body is.
+//! the kernel kills it if the test process itself dies (`PR_SET_PDEATHSIG`, through
+//! [`quorumguard::playground::child`], as the workload etcd members are): a timeout killing the
+//! test binary leaves nothing behind.
 //!
 //! One API server runs per test binary at a time (a global slot, like the etcd slot): the
 //! machines are 2-core.
@@ -28,7 +28,6 @@ use std::fs;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -148,8 +147,8 @@ pub struct Proc {
 }
 
 impl Proc {
-    /// Starts `program` with `args`, stdout and stderr appended to `log`, stdin closed, and the
-    /// kernel told to kill it if the spawning thread dies.
+    /// Starts `program` with `args`, stdout and stderr appended to `log`, stdin closed, dying
+    /// with the test process ([`quorumguard::playground::child`]).
     pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> Proc {
         let out = fs::OpenOptions::new()
             .create(true)
@@ -163,17 +162,7 @@ impl Proc {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
-        // SAFETY: prctl is async-signal-safe and only reads its arguments.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = command
-            .spawn()
+        let child = quorumguard::playground::child::spawn(command)
             .unwrap_or_else(|e| panic!("start {name} ({}): {e}", program.display()));
         Proc {
             name: name.to_string(),
