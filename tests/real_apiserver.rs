@@ -1284,8 +1284,8 @@ async fn lease_holder(client: &Client) -> (Option<String>, i32) {
 
 /// Two `serve` replicas on the real server: only the Lease holder writes KCP status; killed
 /// (SIGKILL: no release), the other takes the Lease once it has expired — not before the
-/// lease duration less one retry period, and within the duration plus two retry periods and
-/// some scheduling slack — and re-publishes the conditions.
+/// lease duration less one retry period, and within the duration plus two retry periods (and
+/// 10 s of slack for a loaded 2-core machine) — and re-publishes the conditions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_replica_takes_over_the_lease_and_republishes() {
     let assets = assets_or_skip!("a_second_replica_takes_over_the_lease_and_republishes");
@@ -1339,7 +1339,7 @@ async fn a_second_replica_takes_over_the_lease_and_republishes() {
         "taken over after {took:?}: before the Lease could have expired"
     );
     assert!(
-        took <= duration + 2 * retry + Duration::from_secs(3),
+        took <= duration + 2 * retry + Duration::from_secs(10),
         "taken over after {took:?}"
     );
     assert_eq!(lease_holder(admin).await.1, transitions + 1);
