@@ -14,9 +14,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumguard::engine::{EtcdState, Health, Member};
+use quorumguard::engine::{Confirmation, EtcdState, Health, Member};
 use quorumguard::etcd::TransportKind;
 use quorumguard::etcd::sweep::{Probers, SweepConfig, sweep_once};
+use quorumguard::playground::etcd::ELECTION_TIMEOUT;
 use quorumguard::state::{ClusterState, Kind, watch};
 use serde_json::{Value, json};
 use support::apiserver::ApiServer;
@@ -38,6 +39,9 @@ fn config(transport: TransportKind) -> SweepConfig {
         transport,
         // Read the Secrets on every sweep: a changed kubeconfig must be used by the next sweep.
         secret_refresh: Duration::ZERO,
+        confirmation: Confirmation {
+            election_timeout: ELECTION_TIMEOUT,
+        },
     }
 }
 

@@ -10,7 +10,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumguard::engine::EtcdState;
+use quorumguard::engine::{EtcdState, Health};
 use quorumguard::server::{self, Running};
 use serde_json::json;
 use support::apiserver::ApiServer;
@@ -27,7 +27,9 @@ async fn delete(running: &Running, pki: &TestPki, member: &str, user: &str) -> (
     support::guard::verdict(running, pki, "/validate/machines", &r).await
 }
 
-/// Healthy members the webhook's state holds for cluster `test`.
+/// Healthy members the webhook's state holds for cluster `test`, once every member's health is
+/// settled: healthy or unhealthy, none unknown or awaiting confirmation (a member seen unhealthy
+/// by one probe is unknown until the next confirms it).
 fn healthy_members(running: &Running) -> Option<usize> {
     match running
         .state
@@ -35,7 +37,11 @@ fn healthy_members(running: &Running) -> Option<usize> {
         .ok()?
         .etcd
     {
-        EtcdState::Observed(s) => Some(s.members.iter().filter(|m| m.health.is_healthy()).count()),
+        EtcdState::Observed(s) => s
+            .members
+            .iter()
+            .all(|m| matches!(m.health, Health::Healthy | Health::Unhealthy(_)))
+            .then(|| s.members.iter().filter(|m| m.health.is_healthy()).count()),
         EtcdState::Unknown { .. } => None,
     }
 }
@@ -71,7 +77,8 @@ async fn deletions_follow_live_etcd_health() {
         (false, "BelowDesiredReplicas".into())
     );
 
-    // Freeze c: within a probe interval (plus the probe deadline) the guard knows.
+    // Freeze c: within a probe interval (plus the probe deadline, and the confirming probe an
+    // election timeout later) the guard knows.
     tokio::time::sleep(Duration::from_millis(400)).await;
     etcd.freeze(2);
     let frozen_at = Instant::now();

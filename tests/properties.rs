@@ -279,7 +279,7 @@ fn oracle_health(m: &Member, stale: bool) -> Option<bool> {
     match m.health {
         Health::Healthy => Some(true),
         Health::Unhealthy(_) => Some(false),
-        Health::Unknown => None,
+        Health::Unknown | Health::Unconfirmed(_) => None,
     }
 }
 

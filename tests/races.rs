@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumguard::engine::EtcdState;
+use quorumguard::engine::{EtcdState, Health};
 use quorumguard::server::{self, Running};
 use serde_json::json;
 use support::apiserver::{ApiServer, machine_resource};
@@ -185,7 +185,8 @@ fn subsets(d: &[usize]) -> Vec<BTreeSet<usize>> {
         .collect()
 }
 
-/// Healthy members the guard's state holds for cluster `test`, once probed without error.
+/// Healthy members the guard's state holds for cluster `test`, once probed without error and
+/// every member's health is settled.
 fn healthy_members(running: &Running) -> Option<usize> {
     if running.state.probe_error(NS, "test").is_some() {
         return None;
@@ -196,7 +197,13 @@ fn healthy_members(running: &Running) -> Option<usize> {
         .ok()?
         .etcd
     {
-        EtcdState::Observed(s) => Some(s.members.iter().filter(|m| m.health.is_healthy()).count()),
+        // Settled: no member unknown or awaiting confirmation (a frozen member is unknown
+        // until a second probe confirms it).
+        EtcdState::Observed(s) => s
+            .members
+            .iter()
+            .all(|m| matches!(m.health, Health::Healthy | Health::Unhealthy(_)))
+            .then(|| s.members.iter().filter(|m| m.health.is_healthy()).count()),
         EtcdState::Unknown { .. } => None,
     }
 }

@@ -1,17 +1,56 @@
-//! Kubernetes Events for every denial and every break-glass use, so `kubectl describe machine`
-//! shows who was refused and why.
+//! Kubernetes Events for every denial and every break-glass use, so that `kubectl describe`
+//! shows who was refused (or overrode the guard) and what they were told.
 //!
 //! The webhook hands a [`Notice`] to a bounded queue and answers at once; one background task
-//! publishes (events.k8s.io/v1, through kube's Recorder, which also folds repeats into a series).
-//! A full queue drops the notice and counts it: an Event is never worth delaying a review.
+//! publishes. A full queue drops the notice and counts it: an Event is never worth delaying a
+//! review.
+//!
+//! Each distinct note is its own Event. The note names the requester and carries the message
+//! they got, so two people refused on the same Machine, or one person told two different
+//! things, are two Events; the same requester told the same thing again is a repeat, counted
+//! in that Event's series (`kubectl describe` shows `(x2 over 40s)`).
+//!
+//! This is why the publisher is ours and not kube-runtime's `Recorder`. The Recorder folds
+//! every Event with the same regarding object, reason, action, type, reporter and related
+//! object into a series of the first one, and a series keeps the first note (kube-apiserver
+//! refuses to change the note, action, reason, type, regarding or related of an existing
+//! Event). On a real cluster, jane's, the KCP controller's and an admin's denials of one
+//! Machine became one Event "x4" carrying jane's message. Its cache key has no room for the
+//! note: it could be split only by smuggling a digest of the note into `action` (a
+//! machine-readable verb, immutable, read by tools) or into an invented `related` object.
+//! Publishing events.k8s.io/v1 ourselves is a create and a one-field patch, and it also lets
+//! the cache be bounded in size (the Recorder's is bounded only by age), lets a repeat patch
+//! only the series (the Recorder re-sends the whole Event), and recovers when the Event it would
+//! count has gone (deleted, or expired by the API server's `--event-ttl`): a new one is created
+//! instead of failing until the cache entry ages out.
+//!
+//! What is published, as kube-apiserver 1.32 validates an events.k8s.io/v1 Event: `eventTime`,
+//! `type` Warning, `reason` (the reason code), `action` (`Delete` or `Update`, at most 128
+//! characters), the note (at most 1 kB: longer ones are cut with a mark, keeping the requester,
+//! who comes first), `regarding` (the Machine or KCP, with its uid so `kubectl describe` finds
+//! it), `reportingController` `quorumguard` and `reportingInstance` the pod name. The name is
+//! `<object>.<hex nanoseconds>`, as client-go names Events. A repeat is a JSON merge patch of
+//! `series` alone (`count` from 2, `lastObservedTime`).
+//!
+//! The cache that makes repeats into series remembers an Event for 6 minutes after its last
+//! observation (kube-runtime's window, and client-go's for events.k8s.io) and at most
+//! [`CACHE_ENTRIES`] Events (client-go's core/v1 correlator keeps an LRU of 4096; ours holds each
+//! note, up to 1 kB, so it is smaller: about 1.5 MB at most): when full, the Event observed longest ago is forgotten, and its next repeat is a new Event. Each
+//! replica keeps its own: a repeat answered by the other replica is that replica's Event (its
+//! `reportingInstance` tells them apart).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
 use tokio::sync::mpsc;
 
 /// One Event to publish about an object.
@@ -25,6 +64,7 @@ pub struct Notice {
     pub warning: bool,
     pub reason: String,
     pub action: String,
+    /// Names the requester first, then what they were told.
     pub note: String,
 }
 
@@ -37,6 +77,16 @@ pub struct EventSink {
 
 /// Events are at most 1 kB of note; longer ones are cut with a mark.
 const MAX_NOTE: usize = 1000;
+/// How long after its last observation a repeat still counts in an Event's series.
+pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+/// The most Events the series cache remembers.
+pub const CACHE_ENTRIES: usize = 1024;
+/// Deadline of one create or patch.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// kube-apiserver's limit for an object name (a DNS subdomain).
+const MAX_NAME: usize = 253;
+/// `reportingController` of every Event.
+const CONTROLLER: &str = "quorumguard";
 
 fn cut(mut s: String) -> String {
     if s.len() > MAX_NOTE {
@@ -64,52 +114,435 @@ impl EventSink {
     }
 }
 
-/// Starts the publisher. `instance` is the pod name (several replicas publish).
-pub fn spawn(client: Client, instance: Option<String>, capacity: usize) -> EventSink {
-    let (tx, mut rx) = mpsc::channel::<Notice>(capacity);
-    let recorder = Recorder::new(
-        client,
-        Reporter {
-            controller: "quorumguard".into(),
-            instance,
+/// What makes two notices the same Event: the object, the verdict and the note as published
+/// (which names the requester and carries their message).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    api_version: String,
+    kind: String,
+    namespace: String,
+    name: String,
+    uid: Option<String>,
+    warning: bool,
+    reason: String,
+    action: String,
+    note: String,
+}
+
+impl Key {
+    fn of(n: Notice) -> Key {
+        Key {
+            api_version: n.api_version,
+            kind: n.kind,
+            namespace: n.namespace,
+            name: n.name,
+            uid: n.uid,
+            warning: n.warning,
+            reason: n.reason,
+            action: n.action,
+            note: cut(n.note),
+        }
+    }
+
+    /// `Kind namespace/name`, for log lines.
+    fn object(&self) -> String {
+        format!("{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// An Event published lately.
+#[derive(Clone, Debug)]
+struct Published {
+    /// Its name, to patch it.
+    event: String,
+    /// Observations so far, the first included.
+    count: i32,
+    last: Instant,
+}
+
+/// What to do with a notice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Step {
+    /// Nothing like it lately: a new Event.
+    Create,
+    /// A repeat of Event `event`: count it as observation `count`.
+    Count { event: String, count: i32 },
+}
+
+/// The Events published in the last [`SERIES_WINDOW`], at most `capacity` of them. Pure: the
+/// caller passes the time.
+struct Series {
+    entries: HashMap<Key, Published>,
+    capacity: usize,
+    window: Duration,
+}
+
+impl Series {
+    fn new(capacity: usize, window: Duration) -> Series {
+        Series {
+            entries: HashMap::new(),
+            capacity: capacity.max(1),
+            window,
+        }
+    }
+
+    fn step(&self, key: &Key, now: Instant) -> Step {
+        match self.entries.get(key) {
+            Some(p) if now.saturating_duration_since(p.last) < self.window => Step::Count {
+                event: p.event.clone(),
+                count: p.count.saturating_add(1),
+            },
+            _ => Step::Create,
+        }
+    }
+
+    /// Event `event` was created for `key` (replacing any earlier one).
+    fn created(&mut self, key: Key, event: String, now: Instant) {
+        if !self.entries.contains_key(&key) && self.entries.len() >= self.capacity {
+            self.make_room(now);
+        }
+        self.entries.insert(
+            key,
+            Published {
+                event,
+                count: 1,
+                last: now,
+            },
+        );
+    }
+
+    /// The repeat was counted: the Event now says `count`.
+    fn counted(&mut self, key: &Key, count: i32, now: Instant) {
+        if let Some(p) = self.entries.get_mut(key) {
+            p.count = count;
+            p.last = now;
+        }
+    }
+
+    /// Forgets the aged entries; if none had aged, the one observed longest ago.
+    fn make_room(&mut self, now: Instant) {
+        let window = self.window;
+        self.entries
+            .retain(|_, p| now.saturating_duration_since(p.last) < window);
+        if self.entries.len() >= self.capacity {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, p)| p.last)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.entries.remove(&k);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// `<object>.<hex nanoseconds>` (client-go's form), the object's name shortened if needed to
+/// stay a valid name.
+fn event_name(object: &str, nanos: u128) -> String {
+    let suffix = format!(".{nanos:x}");
+    let mut base = object.to_string();
+    if base.len() + suffix.len() > MAX_NAME {
+        let mut end = MAX_NAME - suffix.len();
+        while !base.is_char_boundary(end) {
+            end -= 1;
+        }
+        base.truncate(end);
+        // A DNS subdomain's labels end with a letter or digit.
+        while base.ends_with(['.', '-']) {
+            base.pop();
+        }
+    }
+    if base.is_empty() {
+        base = CONTROLLER.into();
+    }
+    base + &suffix
+}
+
+/// The Event to create for `key`, first observed at `now`.
+fn new_event(key: &Key, instance: &str, now: SystemTime) -> Event {
+    let nanos = now
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    Event {
+        metadata: ObjectMeta {
+            name: Some(event_name(&key.name, nanos)),
+            namespace: Some(key.namespace.clone()),
+            ..Default::default()
         },
-    );
-    tokio::spawn(async move {
-        while let Some(n) = rx.recv().await {
-            let reference = ObjectReference {
-                api_version: Some(n.api_version.clone()),
-                kind: Some(n.kind.clone()),
-                namespace: Some(n.namespace.clone()),
-                name: Some(n.name.clone()),
-                uid: n.uid.clone(),
-                ..Default::default()
-            };
-            let ev = Event {
-                type_: if n.warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: n.reason.clone(),
-                note: Some(cut(n.note.clone())),
-                action: n.action.clone(),
-                secondary: None,
-            };
-            match tokio::time::timeout(Duration::from_secs(5), recorder.publish(&ev, &reference))
-                .await
-            {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(object = %format!("{} {}/{}", n.kind, n.namespace, n.name), error = %e, "could not publish an Event")
-                }
-                Err(_) => {
-                    tracing::warn!(object = %format!("{} {}/{}", n.kind, n.namespace, n.name), "publishing an Event timed out")
+        event_time: Some(MicroTime(timestamp(now))),
+        type_: Some(if key.warning { "Warning" } else { "Normal" }.into()),
+        reason: Some(key.reason.clone()),
+        action: Some(key.action.clone()),
+        note: Some(key.note.clone()),
+        regarding: Some(ObjectReference {
+            api_version: Some(key.api_version.clone()),
+            kind: Some(key.kind.clone()),
+            namespace: Some(key.namespace.clone()),
+            name: Some(key.name.clone()),
+            uid: key.uid.clone(),
+            ..Default::default()
+        }),
+        reporting_controller: Some(CONTROLLER.into()),
+        reporting_instance: Some(instance.into()),
+        ..Default::default()
+    }
+}
+
+/// The merge patch that counts observation `count` (at least 2) at `now`.
+fn series_patch(count: i32, now: SystemTime) -> serde_json::Value {
+    let series = EventSeries {
+        count,
+        last_observed_time: MicroTime(timestamp(now)),
+    };
+    json!({ "series": series })
+}
+
+fn timestamp(t: SystemTime) -> Timestamp {
+    Timestamp::try_from(t).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// Publishes notices, one at a time, keeping series.
+struct Publisher {
+    client: Client,
+    instance: String,
+    series: Series,
+}
+
+impl Publisher {
+    async fn publish(&mut self, n: Notice) {
+        let key = Key::of(n);
+        let now = Instant::now();
+        match self.series.step(&key, now) {
+            Step::Create => self.create(key, now).await,
+            Step::Count { event, count } => {
+                let api: Api<Event> = Api::namespaced(self.client.clone(), &key.namespace);
+                let patch = Patch::Merge(series_patch(count, SystemTime::now()));
+                let done = tokio::time::timeout(
+                    WRITE_TIMEOUT,
+                    api.patch(&event, &PatchParams::default(), &patch),
+                )
+                .await;
+                match done {
+                    Ok(Ok(_)) => self.series.counted(&key, count, now),
+                    // The Event has gone (deleted, or expired by --event-ttl): a new one.
+                    Ok(Err(kube::Error::Api(e))) if e.code == 404 => self.create(key, now).await,
+                    Ok(Err(e)) => tracing::warn!(
+                        object = %key.object(), event = %event, error = %e,
+                        "could not count a repeat in an Event's series"
+                    ),
+                    Err(_) => tracing::warn!(
+                        object = %key.object(), event = %event,
+                        "counting a repeat in an Event's series timed out"
+                    ),
                 }
             }
+        }
+    }
+
+    async fn create(&mut self, key: Key, now: Instant) {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &key.namespace);
+        let event = new_event(&key, &self.instance, SystemTime::now());
+        let done =
+            tokio::time::timeout(WRITE_TIMEOUT, api.create(&PostParams::default(), &event)).await;
+        match done {
+            Ok(Ok(made)) => self.series.created(key, made.name_any(), now),
+            Ok(Err(e)) => tracing::warn!(
+                object = %key.object(), event = %event.name_any(), error = %e,
+                "could not publish an Event"
+            ),
+            Err(_) => tracing::warn!(
+                object = %key.object(), event = %event.name_any(),
+                "publishing an Event timed out"
+            ),
+        }
+    }
+}
+
+/// Starts the publisher. `instance` is the pod name (several replicas publish); without it,
+/// `quorumguard`.
+pub fn spawn(client: Client, instance: Option<String>, capacity: usize) -> EventSink {
+    let (tx, mut rx) = mpsc::channel::<Notice>(capacity);
+    let instance = instance
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| CONTROLLER.into());
+    let mut publisher = Publisher {
+        client,
+        instance,
+        series: Series::new(CACHE_ENTRIES, SERIES_WINDOW),
+    };
+    tokio::spawn(async move {
+        while let Some(n) = rx.recv().await {
+            publisher.publish(n).await;
         }
     });
     EventSink {
         tx,
         dropped: Arc::new(AtomicU64::new(0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notice(name: &str, note: &str) -> Notice {
+        Notice {
+            kind: "Machine".into(),
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: Some("u-1".into()),
+            warning: true,
+            reason: "WouldLoseQuorum".into(),
+            action: "Delete".into(),
+            note: note.into(),
+        }
+    }
+
+    fn key(name: &str, note: &str) -> Key {
+        Key::of(notice(name, note))
+    }
+
+    #[test]
+    fn each_note_is_its_own_event_and_a_repeat_is_counted() {
+        let t = Instant::now();
+        let mut s = Series::new(8, SERIES_WINDOW);
+        let jane = key("m", "denied DELETE by jane: told A");
+        let admin = key("m", "denied DELETE by admin: told B");
+        assert_eq!(s.step(&jane, t), Step::Create);
+        s.created(jane.clone(), "m.1".into(), t);
+        assert_eq!(s.step(&admin, t), Step::Create, "another requester");
+        s.created(admin.clone(), "m.2".into(), t);
+        let told_c = key("m", "denied DELETE by jane: told C");
+        assert_eq!(s.step(&told_c, t), Step::Create, "another message");
+        let again = t + Duration::from_secs(30);
+        let step = s.step(&jane, again);
+        assert_eq!(
+            step,
+            Step::Count {
+                event: "m.1".into(),
+                count: 2
+            }
+        );
+        s.counted(&jane, 2, again);
+        assert_eq!(
+            s.step(&jane, again),
+            Step::Count {
+                event: "m.1".into(),
+                count: 3
+            }
+        );
+        // The same note about another object is another Event.
+        assert_eq!(
+            s.step(&key("other", "denied DELETE by jane: told A"), t),
+            Step::Create
+        );
+    }
+
+    #[test]
+    fn a_series_ends_six_minutes_after_its_last_repeat() {
+        let t = Instant::now();
+        let mut s = Series::new(8, SERIES_WINDOW);
+        let k = key("m", "denied DELETE by jane: told A");
+        s.created(k.clone(), "m.1".into(), t);
+        let later = t + Duration::from_secs(300);
+        s.counted(&k, 2, later);
+        assert!(matches!(
+            s.step(&k, later + Duration::from_secs(359)),
+            Step::Count { count: 3, .. }
+        ));
+        assert_eq!(s.step(&k, later + SERIES_WINDOW), Step::Create, "aged out");
+    }
+
+    #[test]
+    fn the_cache_is_bounded_forgetting_aged_then_least_recent_events() {
+        let t = Instant::now();
+        let mut s = Series::new(3, SERIES_WINDOW);
+        for i in 0..3u64 {
+            let k = key("m", &format!("note {i}"));
+            s.created(k, format!("m.{i}"), t + Duration::from_secs(i));
+        }
+        // Full, nothing aged: the one observed longest ago goes.
+        s.created(
+            key("m", "note 3"),
+            "m.3".into(),
+            t + Duration::from_secs(10),
+        );
+        assert_eq!(s.len(), 3);
+        assert_eq!(
+            s.step(&key("m", "note 0"), t + Duration::from_secs(10)),
+            Step::Create
+        );
+        assert!(matches!(
+            s.step(&key("m", "note 1"), t + Duration::from_secs(10)),
+            Step::Count { .. }
+        ));
+        // Later, everything has aged: room is made by dropping all of it.
+        let late = t + SERIES_WINDOW + Duration::from_secs(60);
+        s.created(key("m", "note 4"), "m.4".into(), late);
+        assert_eq!(s.len(), 1);
+        // Bounded however many distinct notes come.
+        for i in 0..100u64 {
+            s.created(key("m", &format!("storm {i}")), format!("s.{i}"), late);
+        }
+        assert_eq!(s.len(), 3);
+    }
+
+    #[test]
+    fn notes_are_cut_at_1_kb_and_the_cut_note_is_the_key() {
+        let long = format!("denied DELETE by jane: {}", "é".repeat(800));
+        let k = key("m", &long);
+        assert!(k.note.len() <= MAX_NOTE, "{}", k.note.len());
+        assert!(k.note.starts_with("denied DELETE by jane: ") && k.note.ends_with("..."));
+        // Notes that differ only past the cut publish the same text: the same Event.
+        assert_eq!(k, key("m", &format!("{long} and more")));
+        assert_ne!(k, key("m", "denied DELETE by jane: short"));
+    }
+
+    #[test]
+    fn an_event_is_what_kube_apiserver_accepts() {
+        let k = key("test-cp-a", "denied DELETE by jane: told A");
+        let now = UNIX_EPOCH + Duration::from_nanos(0x18ed_efa8_82c9_cbdd);
+        let e = new_event(&k, "quorumguard-0", now);
+        let v = serde_json::to_value(&e).expect("json");
+        assert_eq!(v["metadata"]["name"], "test-cp-a.18edefa882c9cbdd");
+        assert_eq!(v["metadata"]["namespace"], "ns");
+        assert_eq!(v["eventTime"], "2026-12-04T03:35:33.418503Z");
+        assert_eq!(v["type"], "Warning");
+        assert_eq!(v["reason"], "WouldLoseQuorum");
+        assert_eq!(v["action"], "Delete");
+        assert_eq!(v["note"], "denied DELETE by jane: told A");
+        assert_eq!(v["reportingController"], "quorumguard");
+        assert_eq!(v["reportingInstance"], "quorumguard-0");
+        assert_eq!(
+            v["regarding"],
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                   "namespace": "ns", "name": "test-cp-a", "uid": "u-1"})
+        );
+        assert!(v.get("series").is_none() && v.get("deprecatedCount").is_none());
+        assert_eq!(
+            series_patch(2, now),
+            json!({"series": {"count": 2, "lastObservedTime": "2026-12-04T03:35:33.418503Z"}})
+        );
+    }
+
+    #[test]
+    fn event_names_stay_valid_for_the_longest_object_names() {
+        assert_eq!(event_name("m", 255), "m.ff");
+        let long = format!("{}-{}", "a".repeat(230), "b".repeat(22));
+        let name = event_name(&long, u128::from(u64::MAX));
+        assert!(name.len() <= MAX_NAME, "{}", name.len());
+        assert!(name.ends_with(".ffffffffffffffff"));
+        let dashed = format!("{}-{}", "a".repeat(235), "b".repeat(17));
+        let name = event_name(&dashed, u128::from(u64::MAX));
+        assert!(!name.contains("-."), "{name}");
+        assert_eq!(name, format!("{}.ffffffffffffffff", "a".repeat(235)));
     }
 }

@@ -186,11 +186,14 @@ impl Webhook {
             ),
             Subject::Unhandled(_) => return,
         };
+        // The requester comes first: a note is cut at 1 kB, and a break-glass reason (the
+        // annotation's value, in the message) may be long.
         let note = if v.reason == Reason::BreakGlass {
             format!(
-                "{} by {}: {}",
-                v.message,
+                "allowed {} by {}: {}; {}",
+                d.operation,
                 d.requester.username,
+                v.message,
                 v.warnings.join("; ")
             )
         } else {

@@ -471,10 +471,10 @@ impl Report {
                     health: match health {
                         Health::Healthy => "Healthy",
                         Health::Unhealthy(_) => "Unhealthy",
-                        Health::Unknown => "Unknown",
+                        Health::Unknown | Health::Unconfirmed(_) => "Unknown",
                     },
                     error: match health {
-                        Health::Unhealthy(e) => Some(e),
+                        Health::Unhealthy(e) | Health::Unconfirmed(e) => Some(e),
                         _ => None,
                     },
                     leader: m.is_leader,

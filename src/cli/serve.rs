@@ -9,7 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 
-use crate::engine::{DEFAULT_KCP_CONTROLLER, DEFAULT_TEARDOWN, OnUnknownHealth, Policy};
+use crate::engine::{
+    Confirmation, DEFAULT_KCP_CONTROLLER, DEFAULT_TEARDOWN, OnUnknownHealth, Policy,
+};
 use crate::etcd::TransportKind;
 use crate::etcd::sweep::SweepConfig;
 use crate::lease::LeaseConfig;
@@ -139,6 +141,14 @@ pub struct ServeArgs {
     /// is read again; a failed probe makes the next one read it at once. 0s reads every sweep.
     #[arg(long, env = "QUORUMGUARD_ETCD_SECRET_REFRESH", default_value = "5m", value_parser = super::duration)]
     pub etcd_secret_refresh: Duration,
+    /// etcd's --election-timeout in the workload clusters (kubeadm leaves etcd's default, 1s).
+    /// A probe that sees a member worse than before is confirmed by another one this much later
+    /// before anything is believed; members without a leader count as a leader election (health
+    /// unknown) until no leader has been seen for 5 election timeouts, and only then as lost
+    /// quorum. 0s believes every probe at once (not recommended: a leader election then reads
+    /// as lost quorum).
+    #[arg(long, env = "QUORUMGUARD_ETCD_ELECTION_TIMEOUT", default_value = "1s", value_parser = super::duration)]
+    pub etcd_election_timeout: Duration,
     /// Do not probe etcd (every decision that needs health is then HealthUnknown).
     #[arg(long, env = "QUORUMGUARD_NO_PROBE")]
     pub no_probe: bool,
@@ -203,6 +213,9 @@ impl ServeArgs {
                 concurrency: self.probe_concurrency,
                 transport: self.etcd_transport,
                 secret_refresh: self.etcd_secret_refresh,
+                confirmation: Confirmation {
+                    election_timeout: self.etcd_election_timeout,
+                },
             }),
             status: (!self.no_status).then(|| StatusConfig {
                 publish: PublishConfig {

@@ -26,7 +26,7 @@ use serde::Serialize;
 use super::check::{self, Format, Report};
 use crate::capi::{CapiCluster, CapiKcp, CapiMachine};
 use crate::engine::{
-    ActionCode, EtcdState, EtcdTopology, LABEL_CONTROL_PLANE, Policy, next_action,
+    ActionCode, Confirmation, EtcdState, EtcdTopology, LABEL_CONTROL_PLANE, Policy, next_action,
 };
 use crate::etcd::sweep::{Probers, SweepConfig, sweep_once};
 use crate::etcd::{ETCD_TRANSPORT_ANNOTATION, TransportKind};
@@ -45,7 +45,9 @@ const PROBE_CONCURRENCY: usize = 16;
 Reads Clusters, KubeadmControlPlanes and control-plane Machines (cluster.x-k8s.io/v1beta2) from
 the management cluster, probes each workload cluster's etcd once, as `quorumguard serve` does
 (member list, alarms, every member's status and health in parallel under --probe-timeout, with a
-client certificate signed by the etcd CA in Secret <cluster>-etcd), and prints the member table,
+client certificate signed by the etcd CA in Secret <cluster>-etcd; probed again an election
+timeout later while a member seen unhealthy, a leader election or a changed member list awaits
+confirmation), and prints the member table,
 the quorum figures and the next safe action. It writes nothing. It needs get/list on clusters,
 kubeadmcontrolplanes and machines, and get on Secrets <cluster>-etcd (and <cluster>-kubeconfig for
 the port-forward transport).
@@ -88,6 +90,12 @@ pub struct StatusArgs {
     /// annotation.
     #[arg(long, value_enum, default_value_t = TransportKind::default())]
     pub etcd_transport: TransportKind,
+    /// etcd's --election-timeout in the workload clusters. A probe that sees a member unhealthy,
+    /// or no leader, is confirmed by more probes this far apart before it is shown as such (as
+    /// `serve` does; a leader election up to 5 election timeouts long shows as unknown health,
+    /// not as lost quorum). 0s shows the first probe as it is.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = super::duration)]
+    pub etcd_election_timeout: Duration,
     /// How long one request to the management cluster's API server may take.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = super::duration)]
     pub request_timeout: Duration,
@@ -556,12 +564,19 @@ async fn gather(args: &StatusArgs) -> anyhow::Result<StatusReport> {
         deadline: args.probe_timeout,
         concurrency: PROBE_CONCURRENCY,
         transport: args.etcd_transport,
+        confirmation: Confirmation {
+            election_timeout: args.etcd_election_timeout,
+        },
         ..Default::default()
     };
-    // Each probe ends by its deadline (reading the Secret, then etcd): this outer bound only
-    // guards against a bug there, so that the command always ends.
+    // Each probe ends by its deadline (reading the Secret, then etcd), and a cluster is probed
+    // at most `max_probes` times an election timeout apart while a finding is confirmed: this
+    // outer bound only guards against a bug there, so that the command always ends.
     let waves = u32::try_from(targets.len().div_ceil(PROBE_CONCURRENCY)).unwrap_or(u32::MAX);
-    let bound = (args.probe_timeout * 2 + Duration::from_secs(5)).saturating_mul(waves.max(1));
+    let probes = u32::try_from(cfg.confirmation.max_probes()).unwrap_or(u32::MAX);
+    let per_cluster = (args.probe_timeout * 2 + Duration::from_secs(5))
+        + (args.probe_timeout + args.etcd_election_timeout).saturating_mul(probes);
+    let bound = per_cluster.saturating_mul(waves.max(1));
     if tokio::time::timeout(
         bound,
         sweep_once(&mgmt.client, &state, &cfg, &Probers::default()),

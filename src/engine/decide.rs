@@ -406,10 +406,11 @@ impl fmt::Display for MemberDesc<'_> {
         match quorum::effective_ref(m, stale) {
             HealthRef::Healthy => f.write_str(", healthy)"),
             HealthRef::Unhealthy(e) => write!(f, ", unhealthy: {e})"),
-            HealthRef::Unknown if stale && !m.health.eq(&Health::Unknown) => {
+            HealthRef::Unknown(_) if stale && !m.health.eq(&Health::Unknown) => {
                 f.write_str(", health stale)")
             }
-            HealthRef::Unknown => f.write_str(", health unknown)"),
+            HealthRef::Unknown(Some(why)) => write!(f, ", health unknown: {why})"),
+            HealthRef::Unknown(None) => f.write_str(", health unknown)"),
         }
     }
 }
@@ -643,22 +644,32 @@ fn replicas_shortfall(cp: &ControlPlane, m: &Machine) -> Option<Shortfall> {
 impl Shortfall {
     fn denial(&self, cp: &ControlPlane, m: &Machine) -> Judgement {
         let Shortfall { remaining, desired } = *self;
-        Judgement::deny(
-            Reason::BelowDesiredReplicas,
-            format!(
-                "deleting Machine {}/{} would leave {remaining} working control-plane Machines (with an etcd member, or still joining) of KubeadmControlPlane {}, fewer than its spec.replicas {desired}; KCP would have to create a replacement while this deletion is still pending. To replace this Machine safely, annotate it and let KCP do it: `kubectl annotate machine -n {} {} {ANNOTATION_REMEDIATE}=\"\"`; to shrink the control plane, lower spec.replicas instead: `kubectl scale kcp -n {} {} --replicas={}`.",
-                cp.kcp.namespace,
-                m.name,
-                cp.kcp_shown(),
-                cp.kcp.namespace,
-                m.name,
-                cp.kcp.namespace,
+        let ns = &cp.kcp.namespace;
+        let mut message = format!(
+            "deleting Machine {ns}/{} would leave {remaining} working control-plane Machines (with an etcd member, or still joining) of KubeadmControlPlane {}, fewer than its spec.replicas {desired}; KCP would have to create a replacement while this deletion is still pending. To replace this Machine safely, annotate it and let KCP do it: `kubectl annotate machine -n {ns} {} {ANNOTATION_REMEDIATE}=\"\"`",
+            m.name,
+            cp.kcp_shown(),
+            m.name,
+        );
+        if let Some(to) = shrink_target(desired) {
+            let tolerance = quorum::tolerance(to, to);
+            message.push_str(&format!(
+                "; to shrink the control plane, lower spec.replicas instead (KCP removes one Machine at a time; {to} members still tolerate {tolerance} failure{}): `kubectl scale kcp -n {ns} {} --replicas={to}`",
+                if tolerance == 1 { "" } else { "s" },
                 cp.kcp.name,
-                // KCP's own webhook refuses even replica counts for stacked etcd.
-                if desired > 2 { desired - 2 } else { 1 },
-            ),
-        )
+            ));
+        }
+        message.push('.');
+        Judgement::deny(Reason::BelowDesiredReplicas, message)
     }
+}
+
+/// The smaller control plane a message may suggest instead of deleting a Machine of one with
+/// `desired` replicas: two fewer (KCP's own webhook refuses even replica counts for stacked
+/// etcd), and only while that keeps fault tolerance (3 members or more). Advice must never take
+/// fault tolerance away: for 3 replicas (or 1) none is suggested, and remediation is the way.
+pub(crate) fn shrink_target(desired: usize) -> Option<usize> {
+    (desired >= 5).then(|| desired - 2)
 }
 
 fn judge_delete_quorum(
@@ -982,7 +993,7 @@ fn rollout_warning(cp: &ControlPlane, policy: &Policy) -> Option<String> {
 fn worst_first_rank(h: HealthRef<'_>) -> u8 {
     match h {
         HealthRef::Healthy => 0,
-        HealthRef::Unknown => 1,
+        HealthRef::Unknown(_) => 1,
         HealthRef::Unhealthy(_) => 2,
     }
 }

@@ -2,11 +2,13 @@
 //! plane, the decisions and the next safe action. Nothing here performs I/O or reads a clock, so
 //! every rule can be tested exhaustively and every entry point (webhook, prober, `check`) agrees.
 
+pub mod confirm;
 pub mod decide;
 pub mod model;
 pub mod next_action;
 pub mod quorum;
 
+pub use confirm::{Belief, Confirmation, Judged};
 pub use decide::{Figures, Judgement, Operation, Reason, Verdict, admit, admit_deletion, decide};
 pub use model::*;
 pub use next_action::{ActionCode, NextAction, next_action};

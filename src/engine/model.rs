@@ -40,6 +40,11 @@ pub enum Health {
     Unhealthy(String),
     /// Not probed, or the probe is too old to trust.
     Unknown,
+    /// The latest probe saw this member worse than the probe before it, and a change for the
+    /// worse is not believed until a second probe confirms it (see [`super::confirm`]): counted as
+    /// unknown. The text says what the probe saw and why it is not believed yet (e.g. "leader
+    /// election in progress").
+    Unconfirmed(String),
 }
 
 impl Health {
@@ -55,7 +60,8 @@ impl Health {
 pub enum HealthRef<'a> {
     Healthy,
     Unhealthy(Unfit<'a>),
-    Unknown,
+    /// Unknown, with the reason when there is one ([`Health::Unconfirmed`]).
+    Unknown(Option<&'a str>),
 }
 
 /// Why a member is unhealthy, as [`Health::Unhealthy`] words it.
@@ -88,7 +94,8 @@ impl HealthRef<'_> {
         match self {
             HealthRef::Healthy => Health::Healthy,
             HealthRef::Unhealthy(why) => Health::Unhealthy(why.to_string()),
-            HealthRef::Unknown => Health::Unknown,
+            HealthRef::Unknown(None) => Health::Unknown,
+            HealthRef::Unknown(Some(why)) => Health::Unconfirmed(why.to_string()),
         }
     }
 }
@@ -98,7 +105,8 @@ impl<'a> From<&'a Health> for HealthRef<'a> {
         match h {
             Health::Healthy => HealthRef::Healthy,
             Health::Unhealthy(e) => HealthRef::Unhealthy(Unfit::Error(e)),
-            Health::Unknown => HealthRef::Unknown,
+            Health::Unknown => HealthRef::Unknown(None),
+            Health::Unconfirmed(why) => HealthRef::Unknown(Some(why)),
         }
     }
 }

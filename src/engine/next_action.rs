@@ -150,6 +150,14 @@ impl fmt::Display for Problem<'_> {
     }
 }
 
+/// The fault tolerance advice must leave etcd with: what it has now, at most 1, and no more
+/// than `desired` replicas would have (a one-replica control plane tolerates no failure).
+pub(crate) fn kept_tolerance(now: Tally, desired: usize) -> i64 {
+    quorum::tolerance(now.voting(), now.healthy)
+        .min(1)
+        .min(quorum::tolerance(desired, desired))
+}
+
 /// The next safe action for a control plane. `now_unix` (Unix seconds) tells a joining Machine
 /// from a broken one.
 pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAction {
@@ -294,16 +302,26 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         .with(l.id.to_string(), None);
     }
 
-    // A member no Machine accounts for: remove it, unhealthy ones first, if that is safe.
+    // A member no Machine accounts for: remove it, unhealthy ones first, if that is safe and
+    // keeps the fault tolerance etcd has (up to the one spec.replicas asks for): with 2
+    // Machines of 3 replicas and a healthy orphan, KCP adds the third Machine first.
     let mut orphans: Vec<&Member> = members
         .iter()
         .filter(|m| cp.machine_of(m).is_none())
         .collect();
     orphans.sort_by_key(|m| quorum::effective_ref(m, stale).is_healthy());
+    let keep = kept_tolerance(tally, desired);
     for o in orphans {
         let mut removed = Tally::default();
         removed.count(quorum::effective_ref(o, stale));
-        if quorum::removal(tally, removed) == Safety::Safe {
+        let after = Tally {
+            healthy: tally.healthy - removed.healthy,
+            unhealthy: tally.unhealthy - removed.unhealthy,
+            unknown: tally.unknown - removed.unknown,
+        };
+        if quorum::removal(tally, removed) == Safety::Safe
+            && quorum::tolerance(after.voting(), after.healthy) >= keep
+        {
             let cmd = format!("etcdctl member remove {}", o.id);
             return NextAction::new(
                 ActionCode::RemoveOrphanMember,

@@ -41,7 +41,7 @@ impl Tally {
         match h {
             HealthRef::Healthy => self.healthy += 1,
             HealthRef::Unhealthy(_) => self.unhealthy += 1,
-            HealthRef::Unknown => self.unknown += 1,
+            HealthRef::Unknown(_) => self.unknown += 1,
         }
     }
 
@@ -74,7 +74,7 @@ pub fn effective(m: &Member, stale: bool) -> Health {
 pub fn effective_ref(m: &Member, stale: bool) -> HealthRef<'_> {
     match m.effective_health_ref() {
         HealthRef::Healthy | HealthRef::Unhealthy(_) if stale && !m.is_unstarted() => {
-            HealthRef::Unknown
+            HealthRef::Unknown(None)
         }
         h => h,
     }
@@ -137,7 +137,7 @@ pub fn addition(before: Tally) -> Safety {
 /// Unknown members are tried as healthy and as unhealthy in every combination.
 pub fn added_risk<'a>(before: Tally, pending: Tally, me: impl Into<HealthRef<'a>>) -> Safety {
     let me = me.into();
-    let me_unknown = matches!(me, HealthRef::Unknown) as usize;
+    let me_unknown = matches!(me, HealthRef::Unknown(_)) as usize;
     let others_unknown = before.unknown - pending.unknown - me_unknown;
     let voting = before.voting();
     let n_pending = pending.voting();
@@ -147,7 +147,7 @@ pub fn added_risk<'a>(before: Tally, pending: Tally, me: impl Into<HealthRef<'a>
             for me_up in 0..=me_unknown {
                 let me_healthy = match me {
                     HealthRef::Healthy => 1,
-                    HealthRef::Unknown => me_up,
+                    HealthRef::Unknown(_) => me_up,
                     HealthRef::Unhealthy(_) => 0,
                 };
                 let healthy = before.healthy + pending_up + others_up + me_up;

@@ -29,6 +29,7 @@ use kube::{Api, Client};
 use super::endpoints::{Transport, TransportKind};
 use super::portforward::{self, PortForward};
 use super::prober::{ClientTls, Probe, Prober};
+use crate::engine::Confirmation;
 use crate::state::{ClusterState, Key, ProbeTarget};
 
 /// How often and how hard to probe.
@@ -48,6 +49,10 @@ pub struct SweepConfig {
     /// read again. A failed probe also makes the next one read it, so a rotated CA costs at
     /// most one failed probe; in between, sweeps make no requests to the API server.
     pub secret_refresh: Duration,
+    /// When a probe shows a change for the worse that no earlier probe confirms (or no leader),
+    /// the cluster is probed again after etcd's election timeout before anything is believed
+    /// (see [`crate::engine::confirm`]).
+    pub confirmation: Confirmation,
 }
 
 impl Default for SweepConfig {
@@ -58,6 +63,7 @@ impl Default for SweepConfig {
             concurrency: 16,
             transport: TransportKind::default(),
             secret_refresh: Duration::from_secs(300),
+            confirmation: Confirmation::default(),
         }
     }
 }
@@ -353,7 +359,10 @@ async fn probe_kept(
     probe
 }
 
-/// Probes one cluster and records the outcome in `state`.
+/// Probes one cluster and records the outcome in `state`; while the record awaits confirmation
+/// of a change for the worse, probes again after etcd's election timeout (at most
+/// [`Confirmation::max_probes`] probes in all), so that what the sweep leaves behind is
+/// confirmed whenever etcd settles within the confirmation window.
 async fn sweep_one(
     client: &Client,
     state: &ClusterState,
@@ -361,23 +370,41 @@ async fn sweep_one(
     t: ProbeTarget,
     cfg: &SweepConfig,
 ) {
-    match probe_cluster(client, probers, &t, cfg).await {
-        Ok(probe) => {
-            tracing::debug!(
-                namespace = %t.namespace, cluster = %t.cluster,
-                members = probe.members.len(), took_ms = probe.took.as_millis() as u64,
-                "etcd probed"
-            );
-            for w in &probe.warnings {
-                tracing::info!(namespace = %t.namespace, cluster = %t.cluster, warning = %w, "etcd probe");
+    let probes = cfg.confirmation.max_probes();
+    for probed in 1..=probes {
+        let recheck = match probe_cluster(client, probers, &t, cfg).await {
+            Ok(probe) => {
+                tracing::debug!(
+                    namespace = %t.namespace, cluster = %t.cluster,
+                    members = probe.members.len(), took_ms = probe.took.as_millis() as u64,
+                    "etcd probed"
+                );
+                for w in &probe.warnings {
+                    tracing::info!(namespace = %t.namespace, cluster = %t.cluster, warning = %w, "etcd probe");
+                }
+                state.set_probe_duration(&t.namespace, &t.cluster, probe.took);
+                state.observe_probe(
+                    &t.namespace,
+                    &t.cluster,
+                    probe.members,
+                    Instant::now(),
+                    &cfg.confirmation,
+                )
             }
-            state.set_probe_duration(&t.namespace, &t.cluster, probe.took);
-            state.set_health(&t.namespace, &t.cluster, probe.members, Instant::now());
-        }
-        Err(e) => {
-            tracing::warn!(namespace = %t.namespace, cluster = %t.cluster, error = %e, "etcd probe failed");
-            state.set_probe_error(&t.namespace, &t.cluster, e);
-        }
+            Err(e) => {
+                tracing::warn!(namespace = %t.namespace, cluster = %t.cluster, error = %e, "etcd probe failed");
+                state.set_probe_error(&t.namespace, &t.cluster, e);
+                None
+            }
+        };
+        let Some(wait) = recheck.filter(|_| probed < probes) else {
+            return;
+        };
+        tracing::debug!(
+            namespace = %t.namespace, cluster = %t.cluster, wait_ms = wait.as_millis() as u64,
+            "etcd probe saw a change for the worse: probing again to confirm it"
+        );
+        tokio::time::sleep(wait).await;
     }
 }
 
@@ -390,6 +417,12 @@ pub async fn sweep_once(
 ) {
     let targets = state.probe_targets();
     probers.retain(&targets);
+    state.retain_beliefs(
+        &targets
+            .iter()
+            .map(|t| (t.namespace.clone(), t.cluster.clone()))
+            .collect(),
+    );
     futures::stream::iter(targets)
         .for_each_concurrent(cfg.concurrency.max(1), |t| {
             sweep_one(client, state, probers, t, cfg)

@@ -50,6 +50,8 @@ pub const MAX_MEMBERS: usize = 7;
 /// etcd's raft timings here (ms): fast, so elections and starts take a second, not ten.
 const HEARTBEAT_MS: u32 = 50;
 const ELECTION_MS: u32 = 500;
+/// etcd's `--election-timeout` here, for the guard's `--etcd-election-timeout`.
+pub const ELECTION_TIMEOUT: Duration = Duration::from_millis(ELECTION_MS as u64);
 /// Attempts at starting the cluster when a port picked free was taken before etcd bound it.
 const START_ATTEMPTS: usize = 3;
 /// Lines of each member's log that [`EtcdCluster::logs`] and errors show.
@@ -188,9 +190,18 @@ pub struct Etcdctl {
     ca: PathBuf,
     cert: PathBuf,
     key: PathBuf,
+    /// etcdctl's `--command-timeout`: how long it waits for one member (3 s by default).
+    command_timeout: Duration,
 }
 
 impl Etcdctl {
+    /// The same etcdctl waiting at most `timeout` for a member (and for dialling it): a
+    /// monitor that must look often cannot wait 3 s for a frozen member.
+    pub fn with_timeout(mut self, timeout: Duration) -> Etcdctl {
+        self.command_timeout = timeout;
+        self
+    }
+
     /// Runs etcdctl against `endpoints`, bounded by `timeout 20`, whatever its exit status
     /// (`endpoint health` exits 1 when a member is unhealthy, with its JSON still on stdout).
     pub fn output(&self, endpoints: &[String], args: &[&str]) -> Result<Output, EtcdError> {
@@ -204,7 +215,14 @@ impl Etcdctl {
             .args(["--cacert", &p(&self.ca)])
             .args(["--cert", &p(&self.cert)])
             .args(["--key", &p(&self.key)])
-            .args(["--dial-timeout=2s", "--command-timeout=3s"])
+            .arg(format!(
+                "--dial-timeout={}ms",
+                self.command_timeout.min(Duration::from_secs(2)).as_millis()
+            ))
+            .arg(format!(
+                "--command-timeout={}ms",
+                self.command_timeout.as_millis()
+            ))
             .args(args)
             .stdin(Stdio::null())
             .output()
@@ -626,6 +644,7 @@ impl EtcdCluster {
             ca: self.pki.ca_crt.clone(),
             cert: self.pki.client_crt.clone(),
             key: self.pki.client_key.clone(),
+            command_timeout: Duration::from_secs(3),
         }
     }
 

@@ -18,6 +18,8 @@
 //!   the tests need: freeze (SIGSTOP), thaw, kill, remove a member, add and start a member or
 //!   a learner, promote it.
 //! - [`child`]: child processes that die with this process even when it is SIGKILLed.
+//! - [`truth`]: every status quorumguard publishes during a story, checked against what etcd
+//!   itself (etcdctl, not quorumguard's prober) said around that moment.
 //! - [`webhooks`]: kube-apiserver's validating-webhook dispatch for the stand-in, driven by the
 //!   repo's ValidatingWebhookConfiguration: matching writes are sent over real HTTPS to
 //!   `quorumguard serve` and its verdicts answered as kube-apiserver answers them
@@ -32,5 +34,6 @@ pub mod etcd;
 pub mod kcp;
 pub mod scenarios;
 pub mod timeline;
+pub mod truth;
 pub mod webhooks;
 pub mod world;

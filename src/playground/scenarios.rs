@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::kcp::{KcpController, REMEDIATE_ANNOTATION, Step, Style};
 use super::timeline::Timeline;
+use super::truth::Truth;
 use super::webhooks::WebhookCall;
 use super::world::{Conditions, HUMAN, KCP, NEW_VERSION, OLD_VERSION, World, WorldError};
 
@@ -52,9 +53,16 @@ const MAX_STEPS: usize = 40;
 /// And at most this long.
 const PHASE_WAIT: Duration = Duration::from_secs(90);
 
-/// Runs scenario `name` on `world`, recording expectations in `tl`.
+/// Runs scenario `name` on `world`, recording expectations in `tl`; the last expectation is
+/// that nothing quorumguard published during it was false ([`truth`]).
 pub async fn run(world: Arc<World>, tl: &Timeline, name: &str) -> Result<(), WorldError> {
     let watcher = watch(Arc::clone(&world), tl.clone());
+    let ctl = world.etcd(|e| e.etcdctl_handle()).await?;
+    let seeds = {
+        let world = Arc::clone(&world);
+        move || world.etcd_endpoints()
+    };
+    let truth = Truth::start(Arc::clone(&world), ctl, seeds);
     let result = match name {
         "upgrade-stuck" => upgrade_stuck(&world, tl).await,
         "unsafe-manual-delete" => unsafe_manual_delete(&world, tl).await,
@@ -62,6 +70,26 @@ pub async fn run(world: Arc<World>, tl: &Timeline, name: &str) -> Result<(), Wor
         other => Err(WorldError::Other(format!("no scenario named {other:?}"))),
     };
     watcher.abort();
+    let lag = truth.lag();
+    let verdict = tokio::task::spawn_blocking(move || truth.finish())
+        .await
+        .map_err(|e| WorldError::Join(e.to_string()))?;
+    let mut detail = format!(
+        "{} changes, {} etcd samples, {} changes without a sample within {lag:?} before them",
+        verdict.changes, verdict.samples, verdict.unjudged
+    );
+    for f in verdict.false_claims.iter().take(5) {
+        detail.push_str("\n  false: ");
+        detail.push_str(f);
+    }
+    tl.check(
+        format!(
+            "every status published ({} changes) matched etcd's own view within {lag:?} of it",
+            verdict.changes
+        ),
+        verdict.held(),
+        detail,
+    );
     result
 }
 

@@ -35,8 +35,8 @@ use super::apiserver::{ApiServer, StoreError, cluster_resource, kcp_resource, ma
 use super::etcd::{EtcdCluster, EtcdError, EtcdOptions};
 use super::webhooks::{SERVICE_DNS_NAME, WebhookDispatcher, WebhookTarget};
 use crate::certs::Ca;
-use crate::engine::Policy;
 use crate::engine::model::DEFAULT_KCP_CONTROLLER;
+use crate::engine::{Confirmation, Policy};
 use crate::etcd::TransportKind;
 use crate::etcd::endpoints::{ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION};
 use crate::etcd::sweep::SweepConfig;
@@ -268,6 +268,8 @@ pub struct MachineView {
     pub finalizers: Vec<String>,
     pub annotations: Vec<(String, String)>,
     pub created: String,
+    /// `status.nodeRef.name`: by kubeadm's convention also its etcd member's name.
+    pub node: Option<String>,
 }
 
 impl MachineView {
@@ -290,6 +292,7 @@ pub struct World {
     /// Names handed out to new Machines, in order.
     next_name: Mutex<usize>,
     probe_interval: Duration,
+    probe_deadline: Duration,
 }
 
 /// Suffixes for Machine names: kube-style random-looking, but the same every run so the
@@ -369,6 +372,7 @@ impl World {
             child,
             next_name: Mutex::new(3),
             probe_interval: options.probe_interval,
+            probe_deadline: options.probe_deadline,
         })
     }
 
@@ -506,6 +510,25 @@ impl World {
         })
     }
 
+    /// How long before a published status etcd may have been as it says (the truth check): the
+    /// probe that saw it took up to the probe deadline, the sweep it ended ran up to a probe
+    /// interval before the write, and a loaded machine adds a second.
+    pub fn truth_lag(&self) -> Duration {
+        self.probe_deadline + self.probe_interval + Duration::from_secs(1)
+    }
+
+    /// The etcd client URLs the playground keeps in the Cluster's endpoints annotation.
+    pub fn etcd_endpoints(&self) -> Vec<String> {
+        self.api
+            .get(&cluster_resource(), NAMESPACE, CLUSTER)
+            .and_then(|c| {
+                c["metadata"]["annotations"][ETCD_ENDPOINTS_ANNOTATION]
+                    .as_str()
+                    .map(|s| s.split(',').map(str::to_string).collect())
+            })
+            .unwrap_or_default()
+    }
+
     /// How long to let quorumguard catch up with a change: two probe intervals.
     pub fn settle_time(&self) -> Duration {
         self.probe_interval * 2
@@ -608,6 +631,7 @@ impl World {
                         .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
                         .collect(),
                     created: meta["creationTimestamp"].as_str().unwrap_or("").to_string(),
+                    node: m["status"]["nodeRef"]["name"].as_str().map(str::to_string),
                 }
             })
             .collect();
@@ -854,6 +878,9 @@ fn serve_config(options: &WorldOptions, certs: &WebhookCerts) -> ServeConfig {
             deadline: options.probe_deadline,
             concurrency: 4,
             transport: TransportKind::Direct,
+            confirmation: Confirmation {
+                election_timeout: super::etcd::ELECTION_TIMEOUT,
+            },
             ..SweepConfig::default()
         }),
         status: Some(StatusConfig {
@@ -938,6 +965,10 @@ impl ChildPlan {
             "--etcd-transport=direct".into(),
             format!("--probe-interval={}", d(options.probe_interval)),
             format!("--probe-timeout={}", d(options.probe_deadline)),
+            format!(
+                "--etcd-election-timeout={}",
+                d(super::etcd::ELECTION_TIMEOUT)
+            ),
             "--probe-concurrency=4".into(),
             "--reservation-ttl=30s".into(),
             "--shutdown-delay=0s".into(),

@@ -7,12 +7,12 @@
 pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::capi::{CapiCluster, CapiKcp, CapiMachine};
-use crate::engine::{Cluster, ControlPlane, EtcdSnapshot, EtcdState, Member};
+use crate::engine::{Belief, Cluster, Confirmation, ControlPlane, EtcdSnapshot, EtcdState, Member};
 
 /// `(namespace, name)`.
 pub type Key = (String, String);
@@ -201,6 +201,19 @@ pub struct ClusterState {
     probe_took: RwLock<HashMap<Key, Duration>>,
     /// Notified when a control-plane Machine appears or goes: the prober sweeps soon after.
     machines_changed: tokio::sync::Notify,
+    /// Cluster key -> what its probes have established ([`ClusterState::observe_probe`]).
+    beliefs: Mutex<HashMap<Key, Belief>>,
+    /// The origin of the monotonic times the beliefs are judged at.
+    origin: Origin,
+}
+
+/// When this state was made: beliefs are judged at times measured from it.
+struct Origin(Instant);
+
+impl Default for Origin {
+    fn default() -> Self {
+        Origin(Instant::now())
+    }
 }
 
 /// Why no control plane could be built for a review.
@@ -273,7 +286,8 @@ impl ClusterState {
         Kind::ALL.iter().all(|k| self.is_synced(*k))
     }
 
-    /// Records a probe of the etcd of Cluster `namespace/name`.
+    /// Records a probe of the etcd of Cluster `namespace/name` as it is: every finding believed.
+    /// The sweep records through [`ClusterState::observe_probe`] instead.
     pub fn set_health(&self, namespace: &str, cluster: &str, members: Vec<Member>, taken: Instant) {
         let key = (namespace.to_string(), cluster.to_string());
         let ago = i64::try_from(Instant::now().saturating_duration_since(taken).as_secs())
@@ -294,6 +308,42 @@ impl ClusterState {
                     taken_unix,
                 },
             );
+    }
+
+    /// Records a probe of the etcd of Cluster `namespace/name` as far as it is believed (see
+    /// [`crate::engine::confirm`]): findings for the worse that no earlier probe confirms are
+    /// recorded as unconfirmed, and a changed member list only once a second probe lists it
+    /// too. Returns when to probe again to confirm what is pending, if anything is.
+    pub fn observe_probe(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        members: Vec<Member>,
+        taken: Instant,
+        confirmation: &Confirmation,
+    ) -> Option<Duration> {
+        let key = (namespace.to_string(), cluster.to_string());
+        let at = taken.saturating_duration_since(self.origin.0);
+        let judged = self
+            .beliefs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_default()
+            .judge(members, at, confirmation);
+        if let Some(members) = judged.members {
+            self.set_health(namespace, cluster, members, taken);
+        }
+        judged.recheck_in
+    }
+
+    /// Forgets what the probes of clusters not in `keep` established (they are not probed any
+    /// more).
+    pub fn retain_beliefs(&self, keep: &std::collections::HashSet<Key>) {
+        self.beliefs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|k, _| keep.contains(k));
     }
 
     /// Records that a probe of Cluster `namespace/name` failed. The last good snapshot stays for

@@ -314,6 +314,11 @@ impl Findings {
                 Health::Unknown => f
                     .unknown
                     .push(format!("health of member {name} (id {}) is unknown", m.id)),
+                Health::Unconfirmed(why) => f.unknown.push(format!(
+                    "health of member {name} (id {}) is unknown: {}",
+                    m.id,
+                    one_line(&why)
+                )),
                 Health::Healthy => {}
             }
             if m.is_unstarted() {
@@ -393,6 +398,7 @@ fn member_line(cp: &ControlPlane, m: &Member) -> String {
         Health::Healthy => "healthy".to_string(),
         Health::Unhealthy(e) => format!("unhealthy: {}", one_line(e)),
         Health::Unknown => "health unknown".to_string(),
+        Health::Unconfirmed(why) => format!("health unknown: {}", one_line(why)),
     });
     if m.is_leader {
         fields.push("leader".to_string());

@@ -157,6 +157,14 @@ impl EtcdCluster {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Adds a voting member named `name` with `etcdctl member add` and returns its index. It
+    /// counts towards the quorum at once, and has not started: [`EtcdCluster::start_member`] it.
+    pub fn add_member(&mut self, name: &str) -> usize {
+        self.inner
+            .add_member(name)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Starts a member added with [`EtcdCluster::add_learner`] and waits (bounded) until its
     /// status shows a leader and no errors (a learner refuses `endpoint health`).
     pub fn start_member(&mut self, i: usize) {

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use http_body_util::Full;
 use hyper::Request;
 use hyper::body::Bytes;
-use quorumguard::engine::Policy;
+use quorumguard::engine::{Confirmation, Policy};
 use quorumguard::etcd::{TransportKind, sweep::SweepConfig};
+use quorumguard::playground::etcd::ELECTION_TIMEOUT;
 use quorumguard::server::{self, Running, ServeConfig, StatusConfig};
 use rustls::ClientConfig;
 use serde_json::{Value, json};
@@ -50,6 +51,9 @@ pub fn serve_config(
             deadline: Duration::from_secs(1),
             concurrency: 4,
             transport: TransportKind::Direct,
+            confirmation: Confirmation {
+                election_timeout: ELECTION_TIMEOUT,
+            },
             ..SweepConfig::default()
         }),
         status,

@@ -352,6 +352,7 @@ fn check_state(
             let me = member
                 .map(|v| counts(std::iter::once(&v)))
                 .unwrap_or([0; 3]);
+            advice_keeps_tolerance(&j.message, all, v_count, replicas, &ctx);
             match (j.allowed, j.reason) {
                 (true, Reason::AlreadyDeleting) => assert!(m.deleting, "{}", ctx()),
                 (true, Reason::MemberAbsent | Reason::LearnerMember) => {
@@ -436,6 +437,7 @@ fn check_state(
             starts_rollout: false,
         };
         let j = judge(&c, &op, hum, policy);
+        advice_keeps_tolerance(&j.message, all, v_count, replicas, &ctx);
         st.replica_changes += 1;
         if j.allowed {
             st.allowed += 1;
@@ -521,9 +523,15 @@ fn check_state(
             let id: u64 = u64::from_str_radix(target.expect("target"), 16).expect("hex id");
             let idx = id as usize - 1;
             if idx < voting.len() {
+                let orphan = counts(std::iter::once(&voting[idx]));
+                assert!(removal_ok(all, orphan, false), "{}", ctx());
+                // Advice never takes fault tolerance away (below what etcd has, at most 1, and
+                // what spec.replicas asks for).
+                let left = all[0] - orphan[0];
                 assert!(
-                    removal_ok(all, counts(std::iter::once(&voting[idx])), false),
-                    "{}",
+                    tolerance(v_count - 1, left) >= kept(all, v_count, replicas),
+                    "removing orphan {id} leaves fault tolerance {}: {}",
+                    tolerance(v_count - 1, left),
                     ctx()
                 );
             }
@@ -565,6 +573,47 @@ fn check_state(
         } else {
             panic!("deadlock: KCP can make no progress in {}", ctx());
         }
+    }
+}
+
+/// Fault tolerance of `voting` members with `healthy` of them healthy.
+fn tolerance(voting: usize, healthy: usize) -> i64 {
+    healthy as i64 - quorum(voting) as i64
+}
+
+/// The fault tolerance advice must keep: what etcd has now (known healthy members), at most 1,
+/// and no more than `replicas` members would have.
+fn kept(all: Counts, v_count: usize, replicas: u32) -> i64 {
+    tolerance(v_count, all[0])
+        .min(1)
+        .min(tolerance(replicas as usize, replicas as usize))
+}
+
+/// Every `--replicas=N` a message suggests keeps fault tolerance (see [`kept`]); for 3 replicas
+/// none is suggested at all (remediation is the only advice).
+fn advice_keeps_tolerance(
+    message: &str,
+    all: Counts,
+    v_count: usize,
+    replicas: u32,
+    ctx: &dyn Fn() -> String,
+) {
+    for suggestion in message.split("--replicas=").skip(1) {
+        let n: usize = suggestion
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|d| d.parse().ok())
+            .unwrap_or_else(|| panic!("unparseable advice in {message:?}: {}", ctx()));
+        assert!(
+            replicas != 3,
+            "a 3-replica control plane is advised to scale to {n}: {message} {}",
+            ctx()
+        );
+        assert!(
+            tolerance(n, n) >= kept(all, v_count, replicas),
+            "advice to scale to {n} takes fault tolerance away: {message} {}",
+            ctx()
+        );
     }
 }
 

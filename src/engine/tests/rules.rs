@@ -401,6 +401,22 @@ fn desired_replicas_rule() {
     assert_verdict(&v, false, Reason::BelowDesiredReplicas);
     assert!(v.message.contains(ANNOTATION_REMEDIATE), "{}", v.message);
     assert!(v.message.contains("spec.replicas 3"), "{}", v.message);
+    // For 3 replicas remediation is the only advice: one replica would tolerate no failure.
+    assert!(!v.message.contains("--replicas"), "{}", v.message);
+    // For 5, shrinking to 3 keeps a failure's worth of room and may be suggested.
+    let five = cp(
+        5,
+        &[
+            ("a", healthy()),
+            ("b", healthy()),
+            ("c", healthy()),
+            ("d", healthy()),
+            ("e", healthy()),
+        ],
+    );
+    let v = delete(&five, "a", &human());
+    assert_verdict(&v, false, Reason::BelowDesiredReplicas);
+    assert!(v.message.contains("--replicas=3`"), "{}", v.message);
     // The KCP controller is exempt.
     assert_verdict(
         &delete(&c, "a", &kcp_controller()),
@@ -421,6 +437,27 @@ fn desired_replicas_rule() {
     assert_verdict(&v, false, Reason::BelowDesiredReplicas);
     assert!(v.message.contains("leave 2 working"), "{}", v.message);
     assert_eq!(v.next_action.code, ActionCode::DeleteMachine);
+    // For people the desired-replicas rule overrides MemberAbsent: 3 Machines for 3 replicas, one
+    // of them without a member (gone, not joining): deleting it would leave 2 working Machines.
+    // The next action is remediation, which the denial names too.
+    let mut c = cp(3, &[("a", healthy()), ("b", healthy())]);
+    add_machine(&mut c, "gone");
+    let v = delete(&c, "gone", &human());
+    assert_verdict(&v, false, Reason::BelowDesiredReplicas);
+    assert_eq!(v.next_action.code, ActionCode::RemediateMachine);
+    assert_eq!(v.next_action.target.as_deref(), Some("gone"));
+    assert!(
+        v.message
+            .contains("Next safe action: Machine ns/gone has no etcd member"),
+        "{}",
+        v.message
+    );
+    // The KCP controller (exempt from the replicas rule) deletes it: its member is absent.
+    assert_verdict(
+        &delete(&c, "gone", &kcp_controller()),
+        true,
+        Reason::MemberAbsent,
+    );
     // Four machines for three replicas: a human may delete one.
     let mut c = three_healthy();
     add_machine(&mut c, "d");

@@ -1,0 +1,429 @@
+//! Which of a probe's findings to believe: a change for the worse is believed only when a second
+//! probe confirms it, and a cluster without a leader is an election until that lasts.
+//!
+//! A probe sees etcd through each member's endpoint at one moment, and some of what it sees for
+//! the worse passes by itself within a second or two. A leader that goes away without handing
+//! over leadership (a crash, a restart, its removal, a long pause) leaves the other members
+//! without a leader until they elect a new one, about one election timeout; meanwhile no member
+//! serves a linearizable read, so each of them looks unhealthy, and one probe shows "0 healthy of
+//! 3: quorum lost". Advice built on that probe ("restore etcd from a snapshot", "remediate this
+//! Machine") is an outage waiting for an operator to cause it. So, per cluster:
+//!
+//! - **A change for the better is believed at once**: a member seen healthy is healthy.
+//! - **A change for the worse needs a confirming probe.** A member seen unhealthy that was not
+//!   believed unhealthy before is shown as [`Health::Unconfirmed`] (the rules count it as
+//!   unknown) until a probe at least one election timeout later sees it unhealthy again.
+//! - **No leader is a leader election until it lasts.** When members answer their status but
+//!   none reports itself a healthy leader, the members that answered are unknown ("leader
+//!   election in progress") until no healthy leader has been seen for
+//!   [`Confirmation::window`] (5 election timeouts: room for a first election and a split vote
+//!   after it). Only then is quorum loss concluded. Members that did not answer at all follow
+//!   the rule above.
+//! - **A changed member list is confirmed too**: when the member IDs differ from those believed,
+//!   the previous record stands until a probe an election timeout later lists the same IDs.
+//!   Nothing is shown from the first list: a member that seems gone is what `DeleteMachine`
+//!   and `RemediateMachine` advice is built on.
+//! - Alarms (NOSPACE, CORRUPT) are etcd's replicated state, raised until someone disarms them:
+//!   they are taken as the probe reports them.
+//!
+//! Everything the guard says and decides reads the record this makes: the webhook (an
+//! unconfirmed member is unknown health, and the `HealthUnknown` policy applies), the published
+//! conditions and the next action. The adapter ([`crate::etcd::sweep`]) probes again after
+//! [`Judged::recheck_in`], so a confirmation costs about one election timeout plus one probe.
+//!
+//! Pure: time is passed in as `at`, a monotonic instant measured from any fixed origin.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::model::{Health, Member, MemberId};
+
+/// How much confirming a change costs, from etcd's election timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Confirmation {
+    /// etcd's `--election-timeout` (its default is 1 s): how long a follower waits for the
+    /// leader before it campaigns, so about how long an election takes; also the least time
+    /// between a surprising probe and the one that confirms it. Zero turns confirmation off:
+    /// every probe is believed as it is (how quorumguard behaved before it confirmed).
+    pub election_timeout: Duration,
+}
+
+impl Default for Confirmation {
+    fn default() -> Self {
+        Confirmation {
+            election_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Confirmation {
+    /// How many election timeouts without a healthy leader make a lost quorum.
+    pub const WINDOW_ELECTIONS: u32 = 5;
+
+    /// How long no member may report a healthy leader before quorum loss is concluded.
+    pub fn window(&self) -> Duration {
+        self.election_timeout * Self::WINDOW_ELECTIONS
+    }
+
+    /// Probes of one cluster that confirming can take at most, the first one included: one per
+    /// election timeout through the window, and one to confirm what it ended with.
+    pub fn max_probes(&self) -> usize {
+        Self::WINDOW_ELECTIONS as usize + 2
+    }
+
+    fn enabled(&self) -> bool {
+        !self.election_timeout.is_zero()
+    }
+}
+
+/// What one cluster's probes have established so far. Empty before the first probe.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Belief {
+    /// The member IDs of the record (`None` before the first probe).
+    ids: Option<BTreeSet<MemberId>>,
+    /// A member list that differs from `ids`, and when it was first seen.
+    new_ids: Option<(BTreeSet<MemberId>, Duration)>,
+    /// Members believed unhealthy (confirmed).
+    unhealthy: BTreeSet<MemberId>,
+    /// Members seen unhealthy but not confirmed yet, and since when.
+    suspects: BTreeMap<MemberId, Duration>,
+    /// Since when no member has reported itself a healthy leader while others answered.
+    leaderless_since: Option<Duration>,
+}
+
+/// What to record of one probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Judged {
+    /// The probe's members, each finding for the worse not yet confirmed shown as
+    /// [`Health::Unconfirmed`]; `None`: keep the previous record (the member list changed, and
+    /// the change awaits confirmation).
+    pub members: Option<Vec<Member>>,
+    /// When to probe again to confirm what is pending; `None` when nothing is.
+    pub recheck_in: Option<Duration>,
+}
+
+impl Belief {
+    /// Judges a successful probe taken at `at` against what earlier probes established, and
+    /// updates the belief.
+    pub fn judge(&mut self, mut probe: Vec<Member>, at: Duration, c: &Confirmation) -> Judged {
+        if !c.enabled() {
+            *self = Belief::default();
+            return Judged {
+                members: Some(probe),
+                recheck_in: None,
+            };
+        }
+        let et = c.election_timeout;
+        let ids: BTreeSet<MemberId> = probe.iter().map(|m| m.id).collect();
+        match &self.ids {
+            Some(believed) if *believed != ids => {
+                let since = match &self.new_ids {
+                    Some((seen, since)) if *seen == ids => *since,
+                    _ => at,
+                };
+                if at.saturating_sub(since) < et {
+                    self.new_ids = Some((ids, since));
+                    return Judged {
+                        members: None,
+                        recheck_in: Some(et),
+                    };
+                }
+            }
+            _ => {}
+        }
+        self.new_ids = None;
+        self.unhealthy.retain(|id| ids.contains(id));
+        self.suspects.retain(|id, _| ids.contains(id));
+        self.ids = Some(ids);
+
+        let answered = |m: &Member| m.raft_term.is_some();
+        let led = probe
+            .iter()
+            .any(|m| m.is_leader && m.health == Health::Healthy);
+        let electing = !led && probe.iter().any(|m| !m.is_learner && answered(m));
+        let electing_unconfirmed = if electing {
+            let since = *self.leaderless_since.get_or_insert(at);
+            at.saturating_sub(since) < c.window()
+        } else {
+            self.leaderless_since = None;
+            false
+        };
+
+        let mut pending = false;
+        for m in &mut probe {
+            let error = match &m.health {
+                Health::Unhealthy(e) => e.clone(),
+                Health::Healthy => {
+                    self.unhealthy.remove(&m.id);
+                    self.suspects.remove(&m.id);
+                    continue;
+                }
+                Health::Unknown | Health::Unconfirmed(_) => {
+                    self.suspects.remove(&m.id);
+                    continue;
+                }
+            };
+            if electing_unconfirmed && !m.is_learner && answered(m) {
+                // Alive, without a leader to serve its read: the election decides.
+                m.health = Health::Unconfirmed(format!(
+                    "leader election in progress: no member reports a healthy leader (quorum loss is concluded only after {} without one); the probe saw: {error}",
+                    humantime::format_duration(c.window())
+                ));
+                pending = true;
+                continue;
+            }
+            if electing && !electing_unconfirmed {
+                // No leader for the whole window: quorum is lost, and this is what it looks
+                // like.
+                self.suspects.remove(&m.id);
+                self.unhealthy.insert(m.id);
+                continue;
+            }
+            if self.unhealthy.contains(&m.id) {
+                continue;
+            }
+            let since = *self.suspects.entry(m.id).or_insert(at);
+            if at.saturating_sub(since) >= et {
+                self.suspects.remove(&m.id);
+                self.unhealthy.insert(m.id);
+                continue;
+            }
+            m.health = Health::Unconfirmed(format!(
+                "{error} (seen by one probe: believed when a probe at least {} later sees it too)",
+                humantime::format_duration(et)
+            ));
+            pending = true;
+        }
+        Judged {
+            members: Some(probe),
+            recheck_in: pending.then_some(et),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ET: Duration = Duration::from_secs(1);
+
+    fn c() -> Confirmation {
+        Confirmation {
+            election_timeout: ET,
+        }
+    }
+
+    fn s(secs: f64) -> Duration {
+        Duration::from_secs_f64(secs)
+    }
+
+    /// A member as a probe reports it: `answered` says whether its status came back (then it
+    /// has a raft term), `leader` whether it reports itself the leader.
+    fn member(id: u64, health: Health, answered: bool, leader: bool) -> Member {
+        let mut m = Member::new(id, format!("m{id}"));
+        m.health = health;
+        m.raft_term = answered.then_some(2);
+        m.is_leader = leader;
+        m
+    }
+
+    fn up(id: u64, leader: bool) -> Member {
+        member(id, Health::Healthy, true, leader)
+    }
+
+    /// Answered its status, but its read failed: no leader to serve it.
+    fn leaderless(id: u64) -> Member {
+        member(
+            id,
+            Health::Unhealthy("etcdserver: no leader".into()),
+            true,
+            false,
+        )
+    }
+
+    /// Did not answer at all (frozen, killed).
+    fn silent(id: u64) -> Member {
+        member(
+            id,
+            Health::Unhealthy("no answer within 2s".into()),
+            false,
+            false,
+        )
+    }
+
+    fn healths(j: &Judged) -> Vec<&'static str> {
+        j.members
+            .as_ref()
+            .expect("a record")
+            .iter()
+            .map(|m| match &m.health {
+                Health::Healthy => "up",
+                Health::Unhealthy(_) => "down",
+                Health::Unknown => "unknown",
+                Health::Unconfirmed(_) => "unconfirmed",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_leader_election_is_not_quorum_loss_until_it_lasts_the_window() {
+        let mut b = Belief::default();
+        let j = b.judge(vec![up(1, true), up(2, false), up(3, false)], s(0.0), &c());
+        assert_eq!(healths(&j), ["up", "up", "up"]);
+        assert_eq!(j.recheck_in, None);
+        // The leader is removed: the two left answer, without a leader.
+        let j = b.judge(vec![leaderless(2), leaderless(3)], s(1.0), &c());
+        assert_eq!(
+            j.members, None,
+            "a changed member list waits for a second probe"
+        );
+        assert_eq!(j.recheck_in, Some(ET));
+        let j = b.judge(vec![leaderless(2), leaderless(3)], s(2.0), &c());
+        assert_eq!(healths(&j), ["unconfirmed", "unconfirmed"]);
+        let why = match &j.members.as_ref().expect("record")[0].health {
+            Health::Unconfirmed(w) => w.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert!(why.starts_with("leader election in progress"), "{why}");
+        assert!(why.ends_with("etcdserver: no leader"), "{why}");
+        assert_eq!(j.recheck_in, Some(ET));
+        // A new leader: believed at once.
+        let j = b.judge(vec![up(2, true), up(3, false)], s(3.0), &c());
+        assert_eq!(healths(&j), ["up", "up"]);
+        assert_eq!(j.recheck_in, None);
+    }
+
+    #[test]
+    fn no_leader_for_the_whole_window_is_quorum_lost() {
+        let mut b = Belief::default();
+        b.judge(vec![up(1, true), up(2, false), up(3, false)], s(0.0), &c());
+        let probe = || vec![leaderless(1), silent(2), silent(3)];
+        for t in [10.0, 11.0, 12.0, 13.0, 14.0] {
+            let j = b.judge(probe(), s(t), &c());
+            assert_eq!(j.recheck_in, Some(ET), "at {t}");
+            assert_eq!(healths(&j)[0], "unconfirmed", "at {t}");
+        }
+        // The silent ones are confirmed down by the second probe; the one that answers stays
+        // in the election until 5 s have passed without a leader.
+        let j = b.judge(probe(), s(15.0), &c());
+        assert_eq!(healths(&j), ["down", "down", "down"]);
+        assert_eq!(j.recheck_in, None);
+        // And stays so without a new confirmation.
+        let j = b.judge(probe(), s(25.0), &c());
+        assert_eq!(healths(&j), ["down", "down", "down"]);
+        assert_eq!(j.recheck_in, None);
+    }
+
+    #[test]
+    fn a_change_for_the_worse_needs_a_probe_an_election_timeout_later() {
+        let mut b = Belief::default();
+        b.judge(vec![up(1, true), up(2, false), up(3, false)], s(0.0), &c());
+        let frozen = || vec![up(1, true), up(2, false), silent(3)];
+        let j = b.judge(frozen(), s(10.0), &c());
+        assert_eq!(healths(&j), ["up", "up", "unconfirmed"]);
+        assert_eq!(j.recheck_in, Some(ET));
+        // Too soon to confirm.
+        let j = b.judge(frozen(), s(10.5), &c());
+        assert_eq!(healths(&j), ["up", "up", "unconfirmed"]);
+        let j = b.judge(frozen(), s(11.0), &c());
+        assert_eq!(healths(&j), ["up", "up", "down"]);
+        assert_eq!(j.recheck_in, None);
+        // Believed down, it needs no new confirmation; back up, it is believed at once.
+        let j = b.judge(frozen(), s(20.0), &c());
+        assert_eq!(healths(&j), ["up", "up", "down"]);
+        let j = b.judge(vec![up(1, true), up(2, false), up(3, false)], s(30.0), &c());
+        assert_eq!(healths(&j), ["up", "up", "up"]);
+        // A blip between two healthy probes is never believed.
+        let j = b.judge(frozen(), s(40.0), &c());
+        assert_eq!(healths(&j), ["up", "up", "unconfirmed"]);
+        let j = b.judge(vec![up(1, true), up(2, false), up(3, false)], s(41.0), &c());
+        assert_eq!(healths(&j), ["up", "up", "up"]);
+        let j = b.judge(frozen(), s(50.0), &c());
+        assert_eq!(
+            healths(&j),
+            ["up", "up", "unconfirmed"],
+            "the earlier blip is forgotten"
+        );
+    }
+
+    #[test]
+    fn the_first_probe_confirms_nothing_bad_by_itself() {
+        let mut b = Belief::default();
+        let j = b.judge(vec![up(1, true), silent(2)], s(0.0), &c());
+        assert_eq!(healths(&j), ["up", "unconfirmed"]);
+        let j = b.judge(vec![up(1, true), silent(2)], s(1.0), &c());
+        assert_eq!(healths(&j), ["up", "down"]);
+    }
+
+    #[test]
+    fn a_frozen_leader_is_an_election_then_a_confirmed_failure() {
+        let mut b = Belief::default();
+        b.judge(vec![up(1, true), up(2, false), up(3, false)], s(0.0), &c());
+        // Followers still name the frozen leader; their reads time out.
+        let followers_waiting = |id| {
+            member(
+                id,
+                Health::Unhealthy("linearizable read failed: no answer within 2s".into()),
+                true,
+                false,
+            )
+        };
+        let j = b.judge(
+            vec![silent(1), followers_waiting(2), followers_waiting(3)],
+            s(10.0),
+            &c(),
+        );
+        assert_eq!(healths(&j), ["unconfirmed", "unconfirmed", "unconfirmed"]);
+        // They elect member 2; member 1 is still frozen: now that is believed.
+        let j = b.judge(vec![silent(1), up(2, true), up(3, false)], s(13.0), &c());
+        assert_eq!(healths(&j), ["down", "up", "up"]);
+    }
+
+    #[test]
+    fn a_changed_member_list_is_confirmed_before_it_is_recorded() {
+        let mut b = Belief::default();
+        b.judge(vec![up(1, true), up(2, false), up(3, false)], s(0.0), &c());
+        let j = b.judge(vec![up(1, true), up(2, false)], s(5.0), &c());
+        assert_eq!(j.members, None);
+        // A different change starts its own confirmation.
+        let j = b.judge(vec![up(1, true), up(3, false)], s(6.0), &c());
+        assert_eq!(j.members, None);
+        let j = b.judge(vec![up(1, true), up(3, false)], s(7.0), &c());
+        assert_eq!(healths(&j), ["up", "up"]);
+        // Member 2 comes back (a new ID, in etcd): confirmed the same way.
+        let j = b.judge(vec![up(1, true), up(3, false), up(4, false)], s(8.0), &c());
+        assert_eq!(j.members, None);
+        let j = b.judge(vec![up(1, true), up(3, false), up(4, false)], s(9.5), &c());
+        assert_eq!(healths(&j), ["up", "up", "up"]);
+    }
+
+    #[test]
+    fn learners_and_unknown_health_are_taken_as_they_are() {
+        let mut b = Belief::default();
+        let mut learner = silent(4);
+        learner.is_learner = true;
+        let j = b.judge(
+            vec![
+                up(1, true),
+                member(2, Health::Unknown, false, false),
+                learner,
+            ],
+            s(0.0),
+            &c(),
+        );
+        // The learner's failure is a finding for the worse like any other; unknown is unknown.
+        assert_eq!(healths(&j), ["up", "unknown", "unconfirmed"]);
+    }
+
+    #[test]
+    fn a_zero_election_timeout_believes_every_probe() {
+        let off = Confirmation {
+            election_timeout: Duration::ZERO,
+        };
+        let mut b = Belief::default();
+        b.judge(vec![up(1, true), up(2, false), up(3, false)], s(0.0), &off);
+        let j = b.judge(vec![leaderless(1), leaderless(2)], s(1.0), &off);
+        assert_eq!(healths(&j), ["down", "down"]);
+        assert_eq!(j.recheck_in, None);
+    }
+}
