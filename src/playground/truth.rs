@@ -224,11 +224,14 @@ fn shown(members: &[SeenMember]) -> String {
         .join(", ")
 }
 
+/// One endpoint's member list: each member with its first client URL (none until it started).
+type Listed = Vec<(SeenMember, Option<String>)>;
+
 /// etcd's member list and each member's answers. The list is asked of every seed at once and
 /// the answer most of them give is taken: a member just removed may still answer with the list
 /// it had, itself in it, until it stops.
 pub fn sample(ctl: &Etcdctl, seeds: &[String]) -> Result<Vec<SeenMember>, String> {
-    let answers: Vec<Result<Vec<(SeenMember, Option<String>)>, String>> = std::thread::scope(|s| {
+    let answers: Vec<Result<Listed, String>> = std::thread::scope(|s| {
         let asks: Vec<_> = seeds
             .iter()
             .map(|seed| s.spawn(move || member_list(ctl, seed)))
@@ -240,7 +243,7 @@ pub fn sample(ctl: &Etcdctl, seeds: &[String]) -> Result<Vec<SeenMember>, String
             })
             .collect()
     });
-    let mut votes: Vec<(Vec<(SeenMember, Option<String>)>, usize)> = Vec::new();
+    let mut votes: Vec<(Listed, usize)> = Vec::new();
     let mut last = "no endpoint to ask".to_string();
     for answer in answers {
         match answer {
@@ -278,12 +281,12 @@ pub fn sample(ctl: &Etcdctl, seeds: &[String]) -> Result<Vec<SeenMember>, String
 }
 
 /// `member list` as `seed` answers it: each member with its first client URL, sorted by ID.
-fn member_list(ctl: &Etcdctl, seed: &str) -> Result<Vec<(SeenMember, Option<String>)>, String> {
+fn member_list(ctl: &Etcdctl, seed: &str) -> Result<Listed, String> {
     let out = ctl
         .run(&[seed.to_string()], &["member", "list", "-w", "json"])
         .map_err(|e| e.to_string())?;
     let listed: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
-    let mut members: Vec<(SeenMember, Option<String>)> = listed["members"]
+    let mut members: Listed = listed["members"]
         .as_array()
         .into_iter()
         .flatten()
