@@ -962,7 +962,6 @@ fn occurrences(e: &k8s_openapi::api::events::v1::Event) -> i32 {
 /// Event per requester and message: alice refused twice and bob once on the same Machine are
 /// two Events, alice's counting two occurrences.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the Event folding fix from issue 14"]
 async fn events_show_each_requester_refused() {
     let assets = assets_or_skip!("events_show_each_requester_refused");
     let (world, _serve) = World::guarded_without_probes(&assets).await;
