@@ -3,10 +3,11 @@
 #   etcd-server (etcd 3.4, real etcd for tests), etcd-client (etcdctl), protobuf-compiler
 #   (protoc, which the etcd-client crate runs at build time) and libprotobuf-dev (the
 #   well-known .proto files protoc imports; only a recommendation of protobuf-compiler, so
-#   --no-install-recommends alone leaves them out and the etcd-client build fails), and
+#   --no-install-recommends alone leaves them out and the etcd-client build fails),
 #   prometheus for its promtool (tests/monitoring.rs checks and unit-tests the alerts of
 #   manifests/monitoring/; the tests run only promtool, never the server, which Debian's
-#   container images keep from starting at install with their policy-rc.d).
+#   container images keep from starting at install with their policy-rc.d), and xz-utils to
+#   unpack the real kube-apiserver (scripts/envtest.sh).
 # Sourced by scripts/try.sh, scripts/test.sh and .ci/run.
 set -euo pipefail
 
@@ -18,6 +19,7 @@ qg_install_deps() {
   [ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
   command -v openssl >/dev/null 2>&1 || missing+=(openssl)
   command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+  command -v xz >/dev/null 2>&1 || missing+=(xz-utils)
   if [ ${#missing[@]} -eq 0 ]; then
     return 0
   fi

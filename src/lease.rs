@@ -80,6 +80,23 @@ pub enum LeaseError {
     },
 }
 
+impl LeaseError {
+    /// An answer of the API server refusing the request (not a timeout or a broken
+    /// connection, which the next attempt may not meet again).
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            LeaseError::Read {
+                source: kube::Error::Api(_),
+                ..
+            } | LeaseError::Write {
+                source: kube::Error::Api(_),
+                ..
+            }
+        )
+    }
+}
+
 /// Whether this replica leads now. Cheap to clone and to ask; the elector updates it.
 #[derive(Clone, Debug)]
 pub struct Leadership {
@@ -210,6 +227,12 @@ impl Elector {
                         tracing::warn!(lease = %self.lease_name(), "another replica holds the lease: this replica stops writing KCP status");
                     }
                     self.leadership.lose();
+                }
+                // The API server refused (403 without the Role's get, create or update on
+                // leases; 404 without the namespace): a misconfiguration that keeps this
+                // replica from ever writing KCP status, so say it at every attempt.
+                Err(e) if e.is_refusal() => {
+                    tracing::warn!(lease = %self.lease_name(), error = %e, "the API server refused the lease: this replica cannot take or renew it and does not write KCP status");
                 }
                 Err(e) => {
                     tracing::debug!(lease = %self.lease_name(), error = %e, "lease attempt failed");

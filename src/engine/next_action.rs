@@ -37,6 +37,22 @@ pub enum ActionCode {
 }
 
 impl ActionCode {
+    /// Every code, for documentation and exhaustive tests (the status tests check it is
+    /// complete).
+    pub const ALL: [ActionCode; 11] = [
+        ActionCode::None,
+        ActionCode::WaitForTeardown,
+        ActionCode::CheckEtcdHealth,
+        ActionCode::RestoreQuorum,
+        ActionCode::DeleteMachine,
+        ActionCode::WaitForDeletion,
+        ActionCode::WaitForJoin,
+        ActionCode::WaitForLearner,
+        ActionCode::RemoveOrphanMember,
+        ActionCode::RemediateMachine,
+        ActionCode::WaitForRollout,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ActionCode::None => "None",

@@ -472,7 +472,8 @@ impl EtcdCluster {
             .map_err(spawn_error)?;
         let log2 = log.try_clone().map_err(spawn_error)?;
         let p = |path: &Path| path.display().to_string();
-        let child = Command::new("etcd")
+        let mut command = Command::new("etcd");
+        command
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .args(["--name", &node.name])
@@ -498,9 +499,8 @@ impl EtcdCluster {
             .args(&self.flags)
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(log2)
-            .spawn()
-            .map_err(spawn_error)?;
+            .stderr(log2);
+        let child = super::child::spawn(command).map_err(spawn_error)?;
         match self.nodes.get_mut(i) {
             Some(node) => node.child = Some(child),
             // Cannot happen (the node was found above), but never leave a process unowned.

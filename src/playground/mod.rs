@@ -17,6 +17,7 @@
 //!   CA shaped like Cluster API's `<cluster>-etcd` Secret, and the faults the playground and
 //!   the tests need: freeze (SIGSTOP), thaw, kill, remove a member, add and start a member or
 //!   a learner, promote it.
+//! - [`child`]: child processes that die with this process even when it is SIGKILLed.
 //! - [`truth`]: every status quorumguard publishes during a story, checked against what etcd
 //!   itself (etcdctl, not quorumguard's prober) said around that moment.
 //! - [`webhooks`]: kube-apiserver's validating-webhook dispatch for the stand-in, driven by the
@@ -28,6 +29,7 @@
 //! whole playground in `tests/playground.rs`.
 
 pub mod apiserver;
+pub mod child;
 pub mod etcd;
 pub mod kcp;
 pub mod scenarios;

@@ -1003,7 +1003,8 @@ impl ChildPlan {
             path: log.clone(),
             source,
         })?;
-        let child = Command::new(&self.exe)
+        let mut command = Command::new(&self.exe);
+        command
             .arg("serve")
             .args(&self.args)
             .arg(format!("--pod-name={identity}"))
@@ -1012,11 +1013,10 @@ impl ChildPlan {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .stdin(Stdio::null())
             .stdout(out)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| {
-                WorldError::Child(format!("spawning {} serve: {e}", self.exe.display()))
-            })?;
+            .stderr(err);
+        let child = super::child::spawn(command).map_err(|e| {
+            WorldError::Child(format!("spawning {} serve: {e}", self.exe.display()))
+        })?;
         Ok(ServeProcess {
             start: ServeStart {
                 pid: child.id(),

@@ -250,7 +250,13 @@ impl Publisher {
         let probe_error = self.state.probe_error(namespace, &cp.cluster.name);
         let generation = self.state.kcp_generation(namespace, name);
         let now_unix = crate::unix_now();
-        let fingerprint = fingerprint(&cp, &self.policy, generation, probe_error.as_deref());
+        let fingerprint = fingerprint(
+            &cp,
+            &self.policy,
+            generation,
+            probe_error.as_deref(),
+            now_unix,
+        );
         if let Some(w) = self.lock().get(&key)
             && w.fingerprint == fingerprint
             && w.at.elapsed() < self.cfg.refresh
@@ -417,13 +423,16 @@ fn set_conditions(data: &mut serde_json::Value, merged: &[Condition]) {
     }
 }
 
-/// What would be published, minus the figures that move on every probe (raft index, DB size)
-/// and the transition time.
+/// What would be published at `now_unix`, minus the figures that move on every probe (raft
+/// index, DB size) and the transition time. The time counts: a Machine without a member is
+/// joining while it is younger than `--join-grace` and broken after, and that alone changes
+/// the next action.
 fn fingerprint(
     cp: &ControlPlane,
     policy: &Policy,
     generation: Option<i64>,
     probe_error: Option<&str>,
+    now_unix: i64,
 ) -> u64 {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let mut steady = cp.clone();
@@ -434,7 +443,7 @@ fn fingerprint(
         }
     }
     let mut h = DefaultHasher::new();
-    for c in conditions(&steady, policy, 0, generation, probe_error) {
+    for c in conditions(&steady, policy, now_unix, generation, probe_error) {
         (
             c.type_,
             c.status,
@@ -591,10 +600,10 @@ enum Wake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tests::kit::{cp, down, healthy, members_mut};
+    use crate::engine::tests::kit::{NOW, add_machine, cp, down, healthy, members_mut};
 
     fn print(c: &ControlPlane) -> u64 {
-        fingerprint(c, &Policy::default(), Some(1), None)
+        fingerprint(c, &Policy::default(), Some(1), None, NOW)
     }
 
     #[test]
@@ -618,11 +627,30 @@ mod tests {
     fn fingerprint_follows_generation_and_probe_errors() {
         let c = cp(3, &[("a", healthy()), ("b", healthy()), ("c", healthy())]);
         let p = Policy::default();
-        let base = fingerprint(&c, &p, Some(1), None);
-        assert_ne!(fingerprint(&c, &p, Some(2), None), base);
+        let base = fingerprint(&c, &p, Some(1), None, NOW);
+        assert_ne!(fingerprint(&c, &p, Some(2), None, NOW), base);
         assert_ne!(
-            fingerprint(&c, &p, Some(1), Some("deadline exceeded")),
+            fingerprint(&c, &p, Some(1), Some("deadline exceeded"), NOW),
             base
+        );
+    }
+
+    #[test]
+    fn fingerprint_follows_a_machine_outgrowing_the_join_grace() {
+        // A fourth Machine without a member: joining while young (WaitForJoin), broken once
+        // older than the join grace (RemediateMachine). Nothing else changes, yet the next
+        // action does: it must be published.
+        let mut c = cp(4, &[("a", healthy()), ("b", healthy()), ("c", healthy())]);
+        let i = add_machine(&mut c, "d");
+        c.machines[i].created_unix = Some(NOW - 30);
+        let p = Policy::default();
+        let young = fingerprint(&c, &p, Some(1), None, NOW);
+        assert_eq!(fingerprint(&c, &p, Some(1), None, NOW + 1), young);
+        let grace = p.join_grace.as_secs() as i64;
+        assert_ne!(
+            fingerprint(&c, &p, Some(1), None, NOW + grace),
+            young,
+            "past the join grace the next action changes"
         );
     }
 

@@ -2,10 +2,12 @@
 //! leaves unused are expected.
 #![allow(dead_code, unused_imports)]
 
+pub mod envtest;
 pub mod etcd;
 pub mod guard;
 pub mod https;
 pub mod kit;
+pub mod manifests;
 pub mod reviews;
 pub mod seed;
 

@@ -62,30 +62,44 @@ pub fn cluster(
     ca: Option<&Pki>,
     kcp: impl FnOnce(&mut Value),
 ) {
+    for object in cluster_objects(namespace, cluster, annotations, members, ca, kcp) {
+        api.insert(object).expect("seed an object");
+    }
+}
+
+/// The objects [`cluster`] seeds, in that order (a Machine's `status.nodeRef` included: a real
+/// API server takes it through the status subresource only).
+pub fn cluster_objects(
+    namespace: &str,
+    cluster: &str,
+    annotations: Value,
+    members: &[String],
+    ca: Option<&Pki>,
+    kcp: impl FnOnce(&mut Value),
+) -> Vec<Value> {
     let kcp_name = format!("{cluster}-controlplane");
     let mut c = cluster_object(annotations);
     c["metadata"]["namespace"] = json!(namespace);
     c["metadata"]["name"] = json!(cluster);
     c["spec"]["controlPlaneRef"]["name"] = json!(kcp_name);
-    api.insert(c).expect("cluster");
     let mut k = stored(kcp_object());
     k["metadata"]["namespace"] = json!(namespace);
     k["metadata"]["name"] = json!(kcp_name);
     k["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!(cluster);
     kcp(&mut k);
-    api.insert(k).expect("kcp");
+    let mut objects = vec![c, k];
     for m in members {
         let mut machine = stored(machine_named(&format!("{cluster}-{m}"), m));
         machine["metadata"]["namespace"] = json!(namespace);
         machine["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!(cluster);
         machine["metadata"]["labels"]["cluster.x-k8s.io/control-plane-name"] = json!(kcp_name);
         machine["spec"]["clusterName"] = json!(cluster);
-        api.insert(machine).expect("machine");
+        objects.push(machine);
     }
     if let Some(pki) = ca {
-        api.insert(etcd_ca_secret(namespace, cluster, pki))
-            .expect("secret");
+        objects.push(etcd_ca_secret(namespace, cluster, pki));
     }
+    objects
 }
 
 /// Cluster `test` in the fixture namespace over every member of `etcd`, with its CA Secret.
