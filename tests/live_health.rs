@@ -112,6 +112,10 @@ async fn deletions_follow_live_etcd_health() {
         || healthy_members(&running) == Some(3),
     )
     .await;
+    // The allowed deletion of c's Machine above was reserved for 300 ms (the TTL above): judged
+    // on health alone, the next step waits for that to lapse (with c pending, deleting a too
+    // would have KCP's replacements join a single member: PendingJoin).
+    tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
         delete(&running, &pki, a, KCP_CONTROLLER).await,
         (true, "QuorumSafe".into()),

@@ -172,7 +172,17 @@ async fn machine_delete_rules_over_https() {
         "tolerance 0 warning: {r}"
     );
 
-    // All healthy: a human is held to the desired replicas.
+    // All healthy, cp-c's deletion still pending (reserved): deleting cp-b too would have KCP's
+    // replacements join a single healthy member (1 of 2), so the quorum rule refuses it first,
+    // naming the deletion to wait for.
+    w.health(&[("a", true), ("b", true), ("c", true)]);
+    let r = w.delete("b", "jane@example.com").await;
+    assert_eq!(verdict(&r), (false, "PendingJoin".into()), "{r}");
+    let msg = r["status"]["message"].as_str().expect("message");
+    assert!(msg.contains("Machine test-cp-c"), "{msg}");
+
+    // All healthy and nothing pending: a human is held to the desired replicas.
+    let w = world(&["a", "b", "c"]).await;
     w.health(&[("a", true), ("b", true), ("c", true)]);
     let r = w.delete("b", "jane@example.com").await;
     assert_eq!(verdict(&r), (false, "BelowDesiredReplicas".into()), "{r}");

@@ -122,6 +122,9 @@ pub struct WorldOptions {
     pub probe_interval: Duration,
     /// The per-probe deadline: how long a frozen member may keep a probe waiting.
     pub probe_deadline: Duration,
+    /// quorumguard's `--etcd-election-timeout`: etcd's own here, 500 ms; zero believes every
+    /// probe at once (for measuring what confirming costs).
+    pub election_timeout: Duration,
     /// Where quorumguard runs: in this process (the default) or as a child process.
     pub serve: ServeMode,
 }
@@ -132,6 +135,7 @@ impl WorldOptions {
             dir,
             probe_interval: Duration::from_millis(500),
             probe_deadline: Duration::from_secs(1),
+            election_timeout: super::etcd::ELECTION_TIMEOUT,
             serve: ServeMode::InProcess,
         }
     }
@@ -879,7 +883,7 @@ fn serve_config(options: &WorldOptions, certs: &WebhookCerts) -> ServeConfig {
             concurrency: 4,
             transport: TransportKind::Direct,
             confirmation: Confirmation {
-                election_timeout: super::etcd::ELECTION_TIMEOUT,
+                election_timeout: options.election_timeout,
             },
             ..SweepConfig::default()
         }),
@@ -965,10 +969,7 @@ impl ChildPlan {
             "--etcd-transport=direct".into(),
             format!("--probe-interval={}", d(options.probe_interval)),
             format!("--probe-timeout={}", d(options.probe_deadline)),
-            format!(
-                "--etcd-election-timeout={}",
-                d(super::etcd::ELECTION_TIMEOUT)
-            ),
+            format!("--etcd-election-timeout={}", d(options.election_timeout)),
             "--probe-concurrency=4".into(),
             "--reservation-ttl=30s".into(),
             "--shutdown-delay=0s".into(),
