@@ -32,7 +32,7 @@
 //!    as holder with a `renewTime` after its spawn (it may write status): both polled every
 //!    20 ms. "The truth" is [`truth`]: EtcdQuorum's status and reason and NextAction's reason and
 //!    target, derived here from etcd's member list and health, the Machines and
-//!    `spec.replicas`, by the rules the README states for each reason (the states this rollout
+//!    `spec.replicas`, by the rules docs/rules.md states for each reason (the states this rollout
 //!    passes through; any other state fails the test rather than guess). Nothing else is
 //!    published on the way: etcd and the Machines stand still while serve restarts, so any
 //!    other conditions seen after the restart (polled every 20 ms) would be false.
@@ -270,7 +270,7 @@ impl Expected {
     }
 }
 
-/// The truth for the states this rollout passes through, from the README's definitions:
+/// The truth for the states this rollout passes through, from the definitions in docs/rules.md:
 /// - a Machine (not being deleted) with a node but no etcd member, while there are more Machines
 ///   than replicas, is what an interrupted scale-down left: EtcdQuorum False/MembershipMismatch,
 ///   NextAction DeleteMachine naming the oldest such Machine;

@@ -2,7 +2,7 @@
 //! quorum oracle, random AdmissionReviews through the whole review path, and random dumps
 //! through `quorumguard check`'s parsing and analysis.
 //!
-//! The oracle is written from README "The rules", member by member: it enumerates every
+//! The oracle is written from docs/rules.md, member by member: it enumerates every
 //! health the unknown members may have and every set of removals, where the engine reasons on
 //! counts and worst orders. Every allowed verdict must be one the rules permit: its reason's
 //! condition holds, and a verdict that claims quorum safety is safe in every world.
@@ -261,7 +261,7 @@ fn build(w: &World) -> ControlPlane {
     }
 }
 
-/// A member's health as the rules read it (README "The rules"): unstarted or with a NOSPACE
+/// A member's health as the rules read it (docs/rules.md, "Counting"): unstarted or with a NOSPACE
 /// or CORRUPT alarm is down; a stale probe proves nothing. `None` is unknown.
 fn oracle_health(m: &Member, stale: bool) -> Option<bool> {
     if m.name.is_empty() {
@@ -397,7 +397,7 @@ fn delete_safe_in(world: &BTreeMap<u64, bool>, me: u64, pending: &[u64], join: b
     })
 }
 
-/// A voting member about to join while `m` is deleted (README): none is under way already (an
+/// A voting member about to join while `m` is deleted (docs/rules.md, "Pending joins"): none is under way already (an
 /// unstarted member or a learner), and another control-plane Machine not being deleted has no
 /// member and was created within the join grace, or those Machines are fewer than
 /// spec.replicas (KCP adds one).
@@ -421,7 +421,7 @@ fn joining(cp: &ControlPlane, m: &Machine, policy: &Policy) -> bool {
         || others.len() < cp.kcp.replicas as usize
 }
 
-/// The desired-replicas rule for humans (README): the Machines not being deleted, minus this
+/// The desired-replicas rule for humans (docs/rules.md): the Machines not being deleted, minus this
 /// one and minus those with a node but no member, are at least spec.replicas; or this one
 /// never joined.
 fn desired_replicas_hold(cp: &ControlPlane, m: &Machine) -> bool {

@@ -157,7 +157,7 @@ fn unsafe_order(
         } else if to > health.len() {
             // KCP adds one member at a time, and the first one votes before it is healthy; it
             // may come after any of the deletions. A single member may still grow (the
-            // README's SingleMemberScaleUp: it is the only way).
+            // docs/rules.md's SingleMemberScaleUp: it is the only way).
             for gone in subsets(&d) {
                 let mut e = after(health, &gone);
                 if e.voting == 1 && e.healthy == 1 {
@@ -411,7 +411,7 @@ async fn concurrent_deletions_and_replica_changes_are_safe_in_any_order() {
     let mut summaries = Vec::new();
 
     let mut etcd = EtcdCluster::start(3);
-    // Healthy, deletions only, by the controller. By the README's rules (removals in any order,
+    // Healthy, deletions only, by the controller. By the rules of docs/rules.md (removals in any order,
     // healthy members first) two would keep quorum (3 -> 2 -> 1), but with spec.replicas 3 KCP
     // then replaces them, and its first new member would join a single healthy one (1 of 2,
     // quorum 2): exactly one may pass.
@@ -525,7 +525,7 @@ fn the_oracle_rejects_what_it_must() {
     let one_down = [true, true, false];
     let set = |v: &[usize]| v.iter().copied().collect::<BTreeSet<usize>>();
     let to = |n: i64| vec![(n, "test".to_string())];
-    // Removals in any order, the README's model: 3 healthy, two removed leaves 1 of 1.
+    // Removals in any order, the model of docs/rules.md: 3 healthy, two removed leaves 1 of 1.
     assert!(unsafe_order(&healthy3, &set(&[0]), &[]).is_none());
     assert!(unsafe_order(&healthy3, &set(&[0, 1]), &[]).is_none());
     assert!(unsafe_order(&healthy3, &set(&[0, 1, 2]), &[]).is_some());

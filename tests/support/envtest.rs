@@ -92,7 +92,7 @@ pub fn assets(test: &str) -> Option<Assets> {
         let _ = writeln!(
             std::io::stderr(),
             "skipped {test}: {ASSETS_VAR} is not set (a directory with kube-apiserver and etcd; \
-             see README, \"Testing against a real kube-apiserver\")"
+             see docs/development.md, \"Testing against a real kube-apiserver\")"
         );
         return None;
     };
