@@ -1,30 +1,19 @@
 //! quorumguard keeps etcd quorum safe on Cluster API KubeadmControlPlane clusters.
 //!
-//! The [`engine`] is a pure core; everything else adapts the outside world to it.
+//! This package is the binary and a facade over the workspace's crates, so every path a test,
+//! a bench or the fuzz targets used before the split still reads `quorumguard::...`:
+//!
+//! - `quorumguard-engine` ([`engine`]): the rules, pure and synchronous, no I/O;
+//! - `quorumguard-guard` (everything else here: [`admission`], [`etcd`], [`status`], ...): the
+//!   webhook, the prober, the status publisher, certificates and the production commands;
+//! - `quorumguard-playground` ([`playground`], with the default `playground` feature): the
+//!   playground and its API-server stand-in, never used by `serve`.
+//!
+//! Dependencies run one way: engine ← guard ← playground ← this package.
 
-pub mod admission;
-pub mod capi;
-pub mod certs;
+pub use quorumguard_guard::*;
+
+#[cfg(feature = "playground")]
+pub use quorumguard_playground as playground;
+
 pub mod cli;
-pub mod dumps;
-pub mod engine;
-pub mod etcd;
-/// The fuzz targets' bodies (fuzz/): only in tests and under cargo-fuzz.
-#[cfg(any(test, fuzzing))]
-pub mod fuzz_targets;
-pub mod lease;
-pub mod playground;
-pub mod server;
-pub mod state;
-pub mod status;
-pub mod telemetry;
-pub mod tls;
-
-/// Seconds since the Unix epoch, for the engine's `now_unix` inputs (the engine itself never
-/// reads a clock). A clock before 1970 reads as 0.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}

@@ -13,10 +13,10 @@ use anyhow::Context;
 use clap::Args;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::playground::kcp::{KcpController, Step, Style};
-use crate::playground::scenarios::{self, DEFAULT_SCENARIO, SCENARIOS};
-use crate::playground::timeline::{Sink, Timeline};
-use crate::playground::world::{CLUSTER, KCP, NAMESPACE, World, WorldOptions};
+use crate::kcp::{KcpController, Step, Style};
+use crate::scenarios::{self, DEFAULT_SCENARIO, SCENARIOS};
+use crate::timeline::{Sink, Timeline};
+use crate::world::{CLUSTER, KCP, NAMESPACE, World, WorldOptions};
 use crate::telemetry::{self, LogFormat};
 
 #[derive(Debug, Args)]
@@ -42,7 +42,7 @@ pub struct PlaygroundArgs {
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
     /// quorumguard's probe interval.
-    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = super::duration)]
+    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = quorumguard_guard::cli::duration)]
     pub probe_interval: Duration,
     /// quorumguard's logs on stderr (tracing EnvFilter syntax, e.g. "info"); off by default so
     /// the timeline stays readable.
@@ -102,7 +102,7 @@ pub fn run(args: &PlaygroundArgs) -> anyhow::Result<ExitCode> {
         };
         let world = tokio::select! {
             w = start(options, &tl) => Arc::new(w?),
-            _ = super::serve::terminated() => {
+            _ = quorumguard_guard::cli::serve::terminated() => {
                 tl.plain("interrupted while starting: stopping");
                 return Ok(Outcome::Interrupted);
             }
@@ -111,7 +111,7 @@ pub fn run(args: &PlaygroundArgs) -> anyhow::Result<ExitCode> {
         let keeping = AtomicBool::new(false);
         let outcome = tokio::select! {
             r = play(&world, &tl, scenario.name, run_scenario, args.keep, &keeping) => r,
-            _ = super::serve::terminated() => {
+            _ = quorumguard_guard::cli::serve::terminated() => {
                 if keeping.load(Ordering::SeqCst) {
                     tl.plain("\nstopping everything the playground started");
                     Ok(Outcome::Kept)

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::kit::*;
-use crate::engine::*;
+use crate::*;
 
 fn three_healthy() -> ControlPlane {
     cp(3, &[("a", healthy()), ("b", healthy()), ("c", healthy())])

@@ -465,7 +465,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::playground::world::Published;
+    use crate::world::Published;
 
     fn member(id: u64, name: &str, alive: bool, healthy: bool) -> SeenMember {
         SeenMember {

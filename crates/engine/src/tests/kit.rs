@@ -1,7 +1,7 @@
 //! Builders that keep the engine tests (and other tests of the crate) short: a control plane
 //! from a line of members.
 
-use crate::engine::*;
+use crate::*;
 
 pub const NOW: i64 = 1_800_000_000;
 

@@ -28,7 +28,7 @@
 //!
 //! Everything the guard says and decides reads the record this makes: the webhook (an
 //! unconfirmed member is unknown health, and the `HealthUnknown` policy applies), the published
-//! conditions and the next action. The adapter ([`crate::etcd::sweep`]) probes again after
+//! conditions and the next action. The adapter (the guard's `etcd::sweep`) probes again after
 //! [`Judged::recheck_in`], so a confirmation costs about one election timeout plus one probe.
 //!
 //! Pure: time is passed in as `at`, a monotonic instant measured from any fixed origin.

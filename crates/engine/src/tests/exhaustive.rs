@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 
 use super::kit::*;
-use crate::engine::decide::judge;
-use crate::engine::quorum::quorum;
-use crate::engine::*;
+use crate::decide::judge;
+use crate::quorum::quorum;
+use crate::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum H {

@@ -36,7 +36,7 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
-use crate::etcd::{ClientTls, certs::sign_client_cert};
+use quorumguard_guard::etcd::{ClientTls, certs::sign_client_cert};
 
 /// How long the cluster may take to become healthy.
 pub const START_WAIT: Duration = Duration::from_secs(20);

@@ -1,6 +1,10 @@
 //! The playground: quorumguard against a real etcd cluster, on loopback, without Kubernetes.
 //!
-//! `quorumguard playground` (`src/cli/playground.rs`) puts these together: a real 3-member etcd
+//! It is never used by `quorumguard serve`: the guard crate does not depend on it, and the
+//! production image is built without the binary's `playground` feature, so it ships none of it.
+//! Tests and benches reuse its stand-in and its etcd helpers through `quorumguard::playground`.
+//!
+//! `quorumguard playground` ([`cli`]) puts these together: a real 3-member etcd
 //! cluster with TLS, the API-server stand-in holding a Cluster, its KubeadmControlPlane and three
 //! control-plane Machines whose nodes match the etcd member names, and `quorumguard serve`
 //! pointed at them ([`world`]); a simulated KCP controller ([`kcp`]); the stories it replays
@@ -30,6 +34,7 @@
 
 pub mod apiserver;
 pub mod child;
+pub mod cli;
 pub mod etcd;
 pub mod kcp;
 pub mod scenarios;
@@ -37,3 +42,7 @@ pub mod timeline;
 pub mod truth;
 pub mod webhooks;
 pub mod world;
+
+// The guard's modules under the names the playground's code has always used (`crate::etcd`,
+// `crate::server`, ...): the playground drives the real guard, never a copy of it.
+use quorumguard_guard::{certs, engine, server, status, telemetry, unix_now};

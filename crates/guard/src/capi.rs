@@ -888,7 +888,7 @@ pub(crate) mod tests {
     /// One review of tests/fixtures/admission-reviews/, parsed.
     pub(crate) fn review(name: &str) -> Value {
         let path = format!(
-            "{}/tests/fixtures/admission-reviews/{name}",
+            "{}/../../tests/fixtures/admission-reviews/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         let text = std::fs::read_to_string(&path).expect("fixture readable");

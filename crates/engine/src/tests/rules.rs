@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::kit::*;
-use crate::engine::*;
+use crate::*;
 
 fn assert_verdict(v: &Verdict, allowed: bool, reason: Reason) {
     assert_eq!(

@@ -26,10 +26,10 @@ const REVIEW_CLUSTER: &str = "test";
 const REVIEW_KCP: &str = "test-controlplane";
 
 /// The objects and etcd dumps of a healthy 3-member control plane (tests/fixtures/).
-const OBJECTS: &str = include_str!("../tests/fixtures/objects/healthy.yaml");
-const MEMBER_LIST: &str = include_str!("../tests/fixtures/etcd/healthy/member-list.json");
-const ENDPOINT_STATUS: &str = include_str!("../tests/fixtures/etcd/healthy/endpoint-status.json");
-const ENDPOINT_HEALTH: &str = include_str!("../tests/fixtures/etcd/healthy/endpoint-health.json");
+const OBJECTS: &str = include_str!("../../../tests/fixtures/objects/healthy.yaml");
+const MEMBER_LIST: &str = include_str!("../../../tests/fixtures/etcd/healthy/member-list.json");
+const ENDPOINT_STATUS: &str = include_str!("../../../tests/fixtures/etcd/healthy/endpoint-status.json");
+const ENDPOINT_HEALTH: &str = include_str!("../../../tests/fixtures/etcd/healthy/endpoint-health.json");
 
 /// A control-plane Machine of the review fixtures' KCP.
 fn review_machine(name: &str, node: Option<&str>) -> Value {
@@ -250,7 +250,7 @@ mod tests {
     /// Every committed corpus entry of `target` (fuzz/corpus/<target>/), by file name.
     fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("fuzz/corpus")
+            .join("../../fuzz/corpus")
             .join(target);
         let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))

@@ -284,7 +284,7 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).
-pub(crate) async fn terminated() {
+pub async fn terminated() {
     use tokio::signal::unix::{SignalKind, signal};
     match (
         signal(SignalKind::terminate()),

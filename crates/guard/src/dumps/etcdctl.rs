@@ -474,7 +474,7 @@ mod tests {
 
     fn fixture(scenario: &str, file: &str) -> String {
         let path = format!(
-            "{}/tests/fixtures/etcd/{scenario}/{file}",
+            "{}/../../tests/fixtures/etcd/{scenario}/{file}",
             env!("CARGO_MANIFEST_DIR")
         );
         std::fs::read_to_string(&path).expect("fixture readable")

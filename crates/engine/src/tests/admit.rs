@@ -2,7 +2,7 @@
 //! with the next action worked out only where a denial's message ends with it.
 
 use super::kit::*;
-use crate::engine::*;
+use crate::*;
 
 /// Every health assignment of 1 to 5 members, fresh and stale, with one Machine of each
 /// state being deleted or not, for every replica count around it.

@@ -483,7 +483,7 @@ mod tests {
 
     fn objects_fixture(name: &str) -> String {
         let path = format!(
-            "{}/tests/fixtures/objects/{name}",
+            "{}/../../tests/fixtures/objects/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         std::fs::read_to_string(&path).expect("fixture readable")

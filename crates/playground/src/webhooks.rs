@@ -87,7 +87,7 @@ use serde_json::{Value, json};
 use super::apiserver::{AdmissionAttempt, AdmissionVerdict, ApiServer, Operation};
 
 /// The repo's ValidatingWebhookConfiguration, as `kubectl apply -k manifests/` installs it.
-pub const MANIFEST: &str = include_str!("../../manifests/core/validatingwebhookconfiguration.yaml");
+pub const MANIFEST: &str = include_str!("../../../manifests/core/validatingwebhookconfiguration.yaml");
 
 /// The DNS name kube-apiserver verifies the webhook's certificate for with [`MANIFEST`]: its
 /// service `quorumguard-webhook` in `quorumguard-system`.
@@ -1151,7 +1151,7 @@ mod tests {
 
     fn fixture(name: &str) -> Value {
         let path = format!(
-            "{}/tests/fixtures/admission-reviews/{name}",
+            "{}/../../tests/fixtures/admission-reviews/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json")
