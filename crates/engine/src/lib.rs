@@ -14,4 +14,6 @@ pub use model::*;
 pub use next_action::{ActionCode, NextAction, next_action};
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;

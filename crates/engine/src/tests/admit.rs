@@ -1,7 +1,7 @@
 //! `admit` (the webhook's decision) against `decide`: the same answer, message and warnings,
 //! with the next action worked out only where a denial's message ends with it.
 
-use super::kit::*;
+use crate::testkit::*;
 use crate::*;
 
 /// Every health assignment of 1 to 5 members, fresh and stale, with one Machine of each

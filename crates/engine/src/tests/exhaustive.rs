@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::kit::*;
+use crate::testkit::*;
 use crate::decide::judge;
 use crate::quorum::quorum;
 use crate::*;

@@ -2,6 +2,5 @@
 
 mod admit;
 mod exhaustive;
-pub(crate) mod kit;
 mod next;
 mod rules;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::kit::*;
+use crate::testkit::*;
 use crate::*;
 
 fn three_healthy() -> ControlPlane {

@@ -4,7 +4,7 @@ use std::time::Duration;
 use super::*;
 use crate::engine::Alarm;
 
-use crate::engine::tests::kit::{NOW, add_machine, down, healthy, members_mut};
+use crate::engine::testkit::{NOW, add_machine, down, healthy, members_mut};
 
 /// Copied from the KCP v1beta2 CRD (`status.conditions[].reason.pattern`).
 const CRD_REASON_PATTERN: &str = "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
@@ -13,7 +13,7 @@ const CRD_REASON_PATTERN: &str = "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
 /// 1, 2, ...), with a 3 s old probe and the status fields the member table shows; the first
 /// member leads.
 fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
-    let mut c = crate::engine::tests::kit::cp(replicas, members);
+    let mut c = crate::engine::testkit::cp(replicas, members);
     if let EtcdState::Observed(s) = &mut c.etcd {
         s.age = Some(Duration::from_secs(3));
     }

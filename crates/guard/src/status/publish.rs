@@ -600,7 +600,7 @@ enum Wake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tests::kit::{NOW, add_machine, cp, down, healthy, members_mut};
+    use crate::engine::testkit::{NOW, add_machine, cp, down, healthy, members_mut};
 
     fn print(c: &ControlPlane) -> u64 {
         fingerprint(c, &Policy::default(), Some(1), None, NOW)

@@ -1,5 +1,6 @@
-//! Builders that keep the engine tests (and other tests of the crate) short: a control plane
-//! from a line of members.
+//! Test support, not product code: builders that keep the engine's tests, and the guard's tests
+//! of what it publishes, short (a control plane from a line of members). Compiled only for the
+//! engine's own tests and with the `testkit` feature, which only dev-dependencies turn on.
 
 use crate::*;
 
