@@ -1,0 +1,488 @@
+//! The rules for deleting a control-plane Machine: etcd quorum after its member leaves, the
+//! KCP's desired replicas, and voting members about to join while it goes.
+
+use std::fmt;
+
+use super::*;
+
+/// The decision on deleting `m`, a Machine the caller holds by reference (no [`Operation`] to
+/// build, so no Machine to clone). With [`Words::DenialsOnly`], only `allowed` may be read of
+/// an allowed judgement.
+pub(crate) fn judge_delete(
+    cp: &ControlPlane,
+    m: &Machine,
+    requester: &Requester,
+    policy: &Policy,
+    now_unix: i64,
+    words: Words,
+) -> Judgement {
+    let what = Named("Machine", &cp.kcp.namespace, &m.name);
+    if !m.control_plane {
+        return Judgement::allow(
+            Reason::NotControlPlane,
+            format!("{what} is not a control-plane Machine"),
+        );
+    }
+    if m.deleting {
+        return Judgement::allow(
+            Reason::AlreadyDeleting,
+            format!("{what} is already being deleted"),
+        );
+    }
+    if cp.cluster.deleting {
+        return Judgement::allow(
+            Reason::ClusterDeleting,
+            format!("Cluster {} is being deleted", cp.cluster.name),
+        );
+    }
+    if cp.kcp.deleting {
+        return Judgement::allow(
+            Reason::ControlPlaneDeleting,
+            format!("KubeadmControlPlane {} is being deleted", cp.kcp_shown()),
+        );
+    }
+    if m.annotation(ANNOTATION_DELETE_FOR_MOVE).is_some() {
+        return Judgement::allow(
+            Reason::ClusterctlMove,
+            format!("{what} is being moved by clusterctl ({ANNOTATION_DELETE_FOR_MOVE})"),
+        );
+    }
+    if policy.is_teardown(requester) {
+        return Judgement::allow(
+            Reason::TeardownRequester,
+            format!(
+                "{} is a teardown identity; deletion of {what} is not blocked",
+                requester.username
+            ),
+        );
+    }
+    let j = judge_delete_rules(cp, m, requester, policy, now_unix, words);
+    let break_glass = m.annotation(ANNOTATION_BREAK_GLASS).map(str::trim);
+    match break_glass {
+        Some(why) if !j.allowed && !why.is_empty() => {
+            let mut out = Judgement::allow(
+                Reason::BreakGlass,
+                format!(
+                    "{what}: break-glass annotation {ANNOTATION_BREAK_GLASS} ({why:?}) overrides the guard"
+                ),
+            );
+            out.warnings.push(format!(
+                "break-glass used on {what} ({why:?}); without it this would be denied ({}): {}",
+                j.reason, j.message
+            ));
+            out.figures = j.figures;
+            out
+        }
+        Some("") if !j.allowed => {
+            let mut j = j;
+            j.message.push_str(&format!(
+                " The annotation {ANNOTATION_BREAK_GLASS} is present but empty: it needs a reason as its value to take effect."
+            ));
+            j
+        }
+        _ => j,
+    }
+}
+
+/// The quorum rule, then the desired-replicas rule.
+pub(super) fn judge_delete_rules(
+    cp: &ControlPlane,
+    m: &Machine,
+    requester: &Requester,
+    policy: &Policy,
+    now_unix: i64,
+    words: Words,
+) -> Judgement {
+    // The desired-replicas rule has its say only when quorum allows. Its numbers come first, so
+    // that a quorum verdict it overrules is not worded for nothing.
+    let shortfall = if policy.is_controller(requester) {
+        None
+    } else {
+        replicas_shortfall(cp, m)
+    };
+    let quorum_words = if shortfall.is_some() {
+        Words::DenialsOnly
+    } else {
+        words
+    };
+    let quorum_j = judge_delete_quorum(cp, m, requester, policy, now_unix, quorum_words);
+    match shortfall {
+        Some(s) if quorum_j.allowed => s.denial(cp, m).with_figures_opt(quorum_j.figures),
+        _ => quorum_j,
+    }
+}
+
+impl Judgement {
+    fn with_figures_opt(mut self, f: Option<Figures>) -> Judgement {
+        self.figures = f;
+        self
+    }
+}
+
+/// Deleting a Machine would leave fewer working control-plane Machines than spec.replicas.
+pub(super) struct Shortfall {
+    remaining: usize,
+    desired: usize,
+}
+
+pub(super) fn replicas_shortfall(cp: &ControlPlane, m: &Machine) -> Option<Shortfall> {
+    // A Machine whose node is up but whose member is gone (cluster-api #2651) is not a control
+    // plane KCP can count on: it does not make up for the one being deleted.
+    let observed = matches!(cp.etcd, EtcdState::Observed(_));
+    let remaining = cp
+        .machines
+        .iter()
+        .filter(|o| o.control_plane && !o.deleting && o.name != m.name)
+        .filter(|o| !(observed && o.node_name.is_some() && cp.member_of(o).is_none()))
+        .count();
+    let desired = cp.kcp.replicas as usize;
+    if remaining >= desired {
+        return None;
+    }
+    let never_joined = m.node_name.is_none()
+        && matches!(cp.etcd, EtcdState::Observed(_))
+        && cp.member_of(m).is_none();
+    if never_joined {
+        return None;
+    }
+    Some(Shortfall { remaining, desired })
+}
+
+impl Shortfall {
+    fn denial(&self, cp: &ControlPlane, m: &Machine) -> Judgement {
+        let Shortfall { remaining, desired } = *self;
+        let ns = &cp.kcp.namespace;
+        let mut message = format!(
+            "deleting Machine {ns}/{} would leave {remaining} working control-plane Machines (with an etcd member, or still joining) of KubeadmControlPlane {}, fewer than its spec.replicas {desired}; KCP would have to create a replacement while this deletion is still pending. To replace this Machine safely, annotate it and let KCP do it: `kubectl annotate machine -n {ns} {} {ANNOTATION_REMEDIATE}=\"\"`",
+            m.name,
+            cp.kcp_shown(),
+            m.name,
+        );
+        if let Some(to) = shrink_target(desired) {
+            let tolerance = quorum::tolerance(to, to);
+            message.push_str(&format!(
+                "; to shrink the control plane, lower spec.replicas instead (KCP removes one Machine at a time; {to} members still tolerate {tolerance} failure{}): `kubectl scale kcp -n {ns} {} --replicas={to}`",
+                if tolerance == 1 { "" } else { "s" },
+                cp.kcp.name,
+            ));
+        }
+        message.push('.');
+        Judgement::deny(Reason::BelowDesiredReplicas, message)
+    }
+}
+
+/// The smaller control plane a message may suggest instead of deleting a Machine of one with
+/// `desired` replicas: two fewer (KCP's own webhook refuses even replica counts for stacked
+/// etcd), and only while that keeps fault tolerance (3 members or more). Advice must never take
+/// fault tolerance away: for 3 replicas (or 1) none is suggested, and remediation is the way.
+pub(crate) fn shrink_target(desired: usize) -> Option<usize> {
+    (desired >= 5).then(|| desired - 2)
+}
+
+pub(super) fn judge_delete_quorum(
+    cp: &ControlPlane,
+    m: &Machine,
+    requester: &Requester,
+    policy: &Policy,
+    now_unix: i64,
+    words: Words,
+) -> Judgement {
+    let what = Named("deleting Machine", &cp.kcp.namespace, &m.name);
+    // An allowed verdict's message, when one is wanted.
+    let say = |message: &dyn Fn() -> String| match words {
+        Words::All => message(),
+        Words::DenialsOnly => String::new(),
+    };
+    if cp.kcp.etcd == EtcdTopology::External {
+        return Judgement::allow(
+            Reason::ExternalEtcd,
+            format!(
+                "KubeadmControlPlane {} uses external etcd: no stacked member to protect",
+                cp.kcp_shown()
+            ),
+        );
+    }
+    if let EtcdState::Unknown { .. } = cp.etcd {
+        return unknown_health(&what, &unknown_etcd_detail(cp), requester, policy, None);
+    }
+    let stale = is_stale(cp, policy);
+    let Some(member) = cp.member_of(m) else {
+        return Judgement::allow(
+            Reason::MemberAbsent,
+            say(&|| {
+                format!(
+                    "Machine {}/{} has no etcd member (removed already, or never joined): quorum of KubeadmControlPlane {} is unaffected",
+                    cp.kcp.namespace,
+                    m.name,
+                    cp.kcp_shown()
+                )
+            }),
+        );
+    };
+    if member.is_learner {
+        return Judgement::allow(
+            Reason::LearnerMember,
+            say(&|| {
+                format!(
+                    "the etcd member of Machine {}/{} is a learner, which does not vote: quorum is unaffected",
+                    cp.kcp.namespace, m.name
+                )
+            }),
+        );
+    }
+    let members = cp.members();
+    let before = Tally::of(members, stale);
+    let mut alone = Tally::default();
+    alone.count(quorum::effective_ref(member, stale));
+    let after_alone = minus(before, alone);
+    let figures = Figures::new(before, after_alone);
+    let problems = not_healthy_list(cp, stale);
+    if before.quorum_lost() {
+        return Judgement::deny(
+            Reason::QuorumLost,
+            format!(
+                "etcd of KubeadmControlPlane {} has lost quorum ({}).{problems} {what} would throw away a surviving member's data, which recovery needs. Restore quorum first: restore etcd from a snapshot (https://etcd.io/docs/v3.4/op-guide/recovery/), or, if you accept the risk, set the annotation {ANNOTATION_BREAK_GLASS}=<reason> on the Machine.",
+                cp.kcp_shown(),
+                figures.shown()
+            ),
+        )
+        .with_figures(figures);
+    }
+    let member_desc = describe_member(member, stale);
+    if after_alone.voting() == 0 {
+        return Judgement::deny(
+            Reason::LastMember,
+            format!(
+                "{what} would remove {member_desc}, the last etcd member of KubeadmControlPlane {}: etcd and its data would be gone ({}).",
+                cp.kcp_shown(),
+                figures.shown()
+            ),
+        )
+        .with_figures(figures);
+    }
+    // Members of Machines already being deleted are on their way out too.
+    let pending: Vec<&Member> = cp
+        .machines
+        .iter()
+        .filter(|o| o.deleting && o.name != m.name)
+        .filter_map(|o| cp.member_of(o))
+        .filter(|p| !p.is_learner && p.id != member.id)
+        .collect();
+    let pending_tally = Tally::of(pending.iter().copied(), stale);
+    let with_pending = Tally {
+        healthy: pending_tally.healthy + alone.healthy,
+        unhealthy: pending_tally.unhealthy + alone.unhealthy,
+        unknown: pending_tally.unknown + alone.unknown,
+    };
+    let alone_safety = quorum::removal(before, alone);
+    let pending_safety = quorum::removal(before, with_pending);
+    // A deletion is judged by the risk it adds: the pending removals that are already unsafe
+    // on their own (health changed after they were admitted) are not made safer by refusing it,
+    // and removing an unhealthy member is then the way out. A member about to join counts as
+    // well: it votes before it is healthy, in any order with the removals.
+    let me_health = quorum::effective_ref(member, stale);
+    let joining = pending_join(cp, m, policy, now_unix);
+    let risk = quorum::added_risk(before, pending_tally, me_health, joining.is_some());
+    let risk_without_join = match joining {
+        Some(_) => quorum::added_risk(before, pending_tally, me_health, false),
+        None => risk,
+    };
+    let pending_names = PendingNames {
+        cp,
+        pending: &pending,
+        stale,
+    };
+    if alone_safety == Safety::Unsafe {
+        return Judgement::deny(
+            Reason::WouldLoseQuorum,
+            format!(
+                "{what} would lose etcd quorum of KubeadmControlPlane {}: it removes {member_desc}; {}.{problems}",
+                cp.kcp_shown(),
+                figures.shown()
+            ),
+        )
+        .with_figures(figures);
+    }
+    if risk == Safety::Unsafe && risk_without_join != Safety::Unsafe {
+        let join = joining.as_ref().map(|j| j.to_string()).unwrap_or_default();
+        let left = minus(before, alone);
+        return Judgement::deny(
+            Reason::PendingJoin,
+            format!(
+                "{what} is not safe while a new etcd member is about to join: {join}. A new member votes before it is healthy, so once it is in and {member_desc} has gone: voting {}, healthy {}, quorum {} ({}).{problems} Wait for {}the new member to join and be healthy, then try again.",
+                left.voting() + 1,
+                left.healthy,
+                quorum(left.voting() + 1),
+                figures.shown(),
+                if pending.is_empty() {
+                    String::new()
+                } else {
+                    format!("the pending deletions ({pending_names}) to finish, ")
+                }
+            ),
+        )
+        .with_figures(figures);
+    }
+    if risk == Safety::Unsafe {
+        let all = minus(before, with_pending);
+        return Judgement::deny(
+            Reason::PendingDeletions,
+            format!(
+                "{what} is not safe while other deletions are pending: {} still being deleted; if those members leave first, quorum of KubeadmControlPlane {} could be lost (after all of them: voting {}, healthy {}; {}).{problems} Wait for {} to finish, then try again.",
+                pending_names,
+                cp.kcp_shown(),
+                all.voting(),
+                all.healthy,
+                figures.shown(),
+                if pending.len() == 1 {
+                    "that deletion"
+                } else {
+                    "those deletions"
+                }
+            ),
+        )
+        .with_figures(figures);
+    }
+    if risk == Safety::Unknown {
+        let mut pending_note = if pending.is_empty() {
+            String::new()
+        } else {
+            format!(" Deletions still pending: {pending_names}.")
+        };
+        if let Some(j) = &joining {
+            pending_note.push_str(&format!(" A new member is about to join: {j}."));
+        }
+        return unknown_health(
+            &what,
+            &format!(
+                "{}; it removes {member_desc}.{problems}{pending_note}",
+                figures.shown()
+            ),
+            requester,
+            policy,
+            Some(figures),
+        );
+    }
+    let mut j = Judgement::allow(
+        Reason::QuorumSafe,
+        say(&|| {
+            format!(
+                "{what} keeps etcd quorum of KubeadmControlPlane {}: it removes {member_desc}; {}",
+                cp.kcp_shown(),
+                figures.shown()
+            )
+        }),
+    )
+    .with_figures(figures);
+    if pending_safety != Safety::Safe && words == Words::All {
+        j.warnings.push(format!(
+            "the pending deletions ({}) cannot all complete safely while members are unhealthy; removing the unhealthy member of Machine {}/{} first is the way out",
+            pending_names,
+            cp.kcp.namespace,
+            m.name
+        ));
+    }
+    j
+}
+
+/// Why a new voting member is about to join, which a deletion must be safe with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Joining {
+    /// This Machine is new (within the join grace) and has no member yet.
+    Machine(String),
+    /// Without the Machine being deleted, fewer Machines than spec.replicas: KCP adds one.
+    Replicas { machines: usize, replicas: u32 },
+}
+
+impl fmt::Display for Joining {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Joining::Machine(name) => {
+                write!(f, "Machine {name} is new and has no etcd member yet")
+            }
+            Joining::Replicas { machines, replicas } => write!(
+                f,
+                "the other Machines number {machines}, fewer than spec.replicas {replicas}, so KCP adds one"
+            ),
+        }
+    }
+}
+
+/// A voting member about to join the etcd of `cp` while `m` is deleted: a young Machine without
+/// a member (within `--join-grace`), or fewer Machines than spec.replicas without `m` (a
+/// scale-up admitted, or a replacement for `m`). A join already under way is in the member list
+/// (an unstarted member, a learner) and counted there; KCP adds one member at a time.
+pub(super) fn pending_join(
+    cp: &ControlPlane,
+    m: &Machine,
+    policy: &Policy,
+    now_unix: i64,
+) -> Option<Joining> {
+    if cp
+        .members()
+        .iter()
+        .any(|x| x.is_unstarted() || x.is_learner)
+    {
+        return None;
+    }
+    let others: Vec<&Machine> = cp
+        .machines
+        .iter()
+        .filter(|o| o.control_plane && !o.deleting && o.name != m.name)
+        .collect();
+    let grace = i64::try_from(policy.join_grace.as_secs()).unwrap_or(i64::MAX);
+    if let Some(o) = others.iter().find(|o| {
+        cp.member_of(o).is_none()
+            && o.created_unix
+                .is_some_and(|c| now_unix.saturating_sub(c) < grace)
+    }) {
+        return Some(Joining::Machine(o.name.clone()));
+    }
+    (others.len() < cp.kcp.replicas as usize).then_some(Joining::Replicas {
+        machines: others.len(),
+        replicas: cp.kcp.replicas,
+    })
+}
+
+/// "Machine a (member a (id 1, healthy)), Machine b (...)": the deletions still pending.
+pub(super) struct PendingNames<'a> {
+    cp: &'a ControlPlane,
+    pending: &'a [&'a Member],
+    stale: bool,
+}
+
+impl fmt::Display for PendingNames<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.pending.iter().enumerate() {
+            let machine = self.cp.machine_of(p).map_or("?", |x| x.name.as_str());
+            let sep = if i == 0 { "" } else { ", " };
+            write!(
+                f,
+                "{sep}Machine {machine} (member {})",
+                describe_member(p, self.stale)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The voting members of Machines being deleted, tallied.
+pub(super) fn leaving_tally(cp: &ControlPlane, stale: bool) -> Tally {
+    Tally::of(
+        cp.machines
+            .iter()
+            .filter(|m| m.deleting)
+            .filter_map(|m| cp.member_of(m))
+            .filter(|x| !x.is_learner),
+        stale,
+    )
+}
+
+/// The membership left after removing `removed` (worst case: the pessimistic view).
+pub(super) fn minus(before: Tally, removed: Tally) -> Tally {
+    Tally {
+        healthy: before.healthy.saturating_sub(removed.healthy),
+        unhealthy: before.unhealthy.saturating_sub(removed.unhealthy),
+        unknown: before.unknown.saturating_sub(removed.unknown),
+    }
+}
