@@ -11,6 +11,11 @@
 # Sourced by scripts/try.sh, scripts/test.sh and .ci/run.
 set -euo pipefail
 
+# What building the binary needs (the etcd-client crate runs protoc at build time, and protoc
+# needs the well-known .proto files). The Dockerfile's build stage installs the same packages:
+# tests/dockerfile.rs holds it to this list.
+QG_BUILD_PACKAGES=(protobuf-compiler libprotobuf-dev)
+
 qg_install_deps() {
   local missing=()
   command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)

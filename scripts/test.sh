@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 source scripts/envtest.sh
-cargo test --locked "$@"
+cargo test --locked --workspace "$@"
