@@ -1,4 +1,5 @@
-//! The API-server stand-in (src/playground/apiserver.rs) driven through a real `kube::Client`:
+//! The API-server stand-in (crates/playground/src/apiserver.rs) driven through a real
+//! `kube::Client`:
 //! if these pass, kube's request building, error decoding, watch streams and the runtime
 //! watcher/reflector all work against it. Every wait is bounded in count and time.
 

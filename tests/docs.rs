@@ -632,6 +632,68 @@ fn links_and_anchors_resolve() {
     report("links", &problems);
 }
 
+/// The top-level directories whose paths the docs name in code spans.
+const REPO_DIRS: [&str; 10] = [
+    "src/",
+    "crates/",
+    "tests/",
+    "benches/",
+    "scripts/",
+    "manifests/",
+    "fuzz/",
+    "examples/",
+    "docs/",
+    "certs/",
+];
+
+/// A repository path as the docs name it in a code span exists: a file, a directory, a glob's
+/// prefix (`crates/playground/src/apiserver*`), or the directory before a placeholder
+/// (`tests/fixtures/etcd/<scenario>/`). Code moves; the docs must move with it.
+#[test]
+fn paths_the_docs_name_exist() {
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for rel in markdown_files() {
+        let text = read(&rel);
+        for (no, unit, _) in md::units(&text) {
+            for span in md::code_spans(&unit) {
+                let span = span.trim();
+                if !REPO_DIRS.iter().any(|d| span.starts_with(d))
+                    || span.contains(char::is_whitespace)
+                {
+                    continue;
+                }
+                checked += 1;
+                let (path, partial) = match span.find(['<', '*']) {
+                    Some(at) => (&span[..at], true),
+                    None => (span, false),
+                };
+                let exists = if partial {
+                    let (dir, prefix) = match path.rsplit_once('/') {
+                        Some((d, p)) => (d, p),
+                        None => ("", path),
+                    };
+                    fs::read_dir(root().join(dir)).is_ok_and(|mut entries| {
+                        entries.any(|e| {
+                            e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                        })
+                    })
+                } else {
+                    root().join(path).exists()
+                };
+                if !exists {
+                    problems.push(format!("{}:{no}: `{span}` does not exist", rel.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 50,
+        "only {checked} repository paths found in code spans"
+    );
+    report("paths", &problems);
+}
+
 /// `a/b/../c` as `a/c` (a link may climb out of its directory; it must stay in the repository).
 fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
