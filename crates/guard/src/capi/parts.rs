@@ -52,8 +52,8 @@ pub(super) struct Spec {
     pub(super) rollout: Option<Value>,
     /// KubeadmControlPlane v1beta1: `rolloutStrategy.rollingUpdate.maxSurge`.
     pub(super) rollout_strategy: Option<Value>,
-    /// KubeadmControlPlane: compared as text between old and new (see [`starts_rollout`](super::starts_rollout)) and
-    /// read for external etcd, never built.
+    /// KubeadmControlPlane: compared as text between old and new (see
+    /// [`starts_rollout`](super::starts_rollout)) and read for external etcd, never built.
     pub(super) kubeadm_config_spec: Option<Box<RawValue>>,
     /// KubeadmControlPlane: compared as text between old and new.
     pub(super) machine_template: Option<Box<RawValue>>,
