@@ -1,0 +1,296 @@
+//! [`Report`]: what `check` and `status` print, as one stable JSON schema, built from a control
+//! plane, the what-ifs' verdicts and the next action.
+
+use serde::Serialize;
+
+use super::WhatIf;
+use crate::engine::quorum::{Tally, quorum, tolerance};
+use crate::engine::{
+    ControlPlane, EtcdState, EtcdTopology, Figures, Health, Member, NextAction, Requester, Verdict,
+};
+
+/// The output of `quorumguard check -o json`. Stable: fields are added, never renamed or
+/// removed, and `schema` changes if that promise is ever broken. Every key is always present;
+/// unknown values are `null`.
+///
+/// ```text
+/// {
+///   "schema": "quorumguard.io/check/v1",
+///   "controlPlane": {
+///     "kcp": "NAMESPACE/NAME", "cluster": "NAME", "replicas": 3, "version": "v1.33.1" | null,
+///     "etcd": "Stacked" | "External", "maxSurge": 1, "deleting": false, "clusterDeleting": false
+///   },
+///   "members": [{                      // as in the member list, with what status/health said
+///     "name": "cp-node-1",             // "" when the member was added but has not started
+///     "id": "673ce451ecd2d8e9",        // hex, as etcdctl prints it
+///     "voting": true, "learner": false, "unstarted": false,
+///     "health": "Healthy" | "Unhealthy" | "Unknown",   // as the quorum rules see it (alarms,
+///     "error": "context deadline exceeded" | null,     //  unstarted members count)
+///     "leader": true, "version": "3.4.23" | null, "dbSize": 24576 | null,
+///     "raftTerm": 2 | null, "raftIndex": 28 | null,
+///     "alarms": ["NOSPACE"], "clientUrls": ["https://..."],
+///     "machine": "demo-control-plane-x7k2p" | null
+///   }],
+///   "machines": [{ "name": "...", "node": "cp-node-1" | null, "deleting": false,
+///                  "member": "673ce451ecd2d8e9" | null }],
+///   "machinesWithoutMember": ["demo-control-plane-x7k2p"],
+///   "quorum": { "members": 3, "voting": 3, "learners": 0, "healthy": 2, "unhealthy": 1,
+///               "unknown": 0, "quorum": 2, "faultTolerance": 0, "hasQuorum": true },
+///                                      // null only in `status`, when etcd was not observed
+///   "verdicts": [{                     // one per --what-if, in order
+///     "whatIf": "delete machine/NAME" | "scale kcp/NAME N", "as": "kubernetes-admin",
+///     "allowed": false, "reason": "WouldLoseQuorum",   // stable reason codes
+///     "message": "...", "warnings": ["..."],
+///     "figures": { "voting", "healthy", "unknown", "quorum", "faultTolerance",
+///                  "votingAfter", "healthyAfter", "quorumAfter", "faultToleranceAfter" } | null
+///   }],
+///   "nextAction": { "code": "RemediateMachine", "message": "...",
+///                   "command": "kubectl annotate ..." | null, "target": "NAME" | "hex id" | null },
+///   "warnings": ["..."]                // input problems that did not stop the check
+/// }
+/// ```
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub schema: &'static str,
+    pub control_plane: ControlPlaneOut,
+    pub members: Vec<MemberOut>,
+    pub machines: Vec<MachineOut>,
+    pub machines_without_member: Vec<String>,
+    /// `None` (null) when the member list is unknown: `check` always has one (the dump), the
+    /// live `status` may not (its probe failed), and figures of an empty list would read as
+    /// "quorum lost".
+    pub quorum: Option<QuorumOut>,
+    pub verdicts: Vec<VerdictOut>,
+    pub next_action: NextActionOut,
+    pub warnings: Vec<String>,
+}
+
+/// The schema identifier of [`Report`].
+pub const SCHEMA: &str = "quorumguard.io/check/v1";
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlaneOut {
+    pub kcp: String,
+    pub cluster: String,
+    pub replicas: u32,
+    pub version: Option<String>,
+    pub etcd: &'static str,
+    pub max_surge: u32,
+    pub deleting: bool,
+    pub cluster_deleting: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberOut {
+    pub name: String,
+    pub id: String,
+    pub voting: bool,
+    pub learner: bool,
+    pub unstarted: bool,
+    pub health: &'static str,
+    pub error: Option<String>,
+    pub leader: bool,
+    pub version: Option<String>,
+    pub db_size: Option<u64>,
+    pub raft_term: Option<u64>,
+    pub raft_index: Option<u64>,
+    pub alarms: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub machine: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineOut {
+    pub name: String,
+    pub node: Option<String>,
+    pub deleting: bool,
+    pub member: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuorumOut {
+    /// Every member, voting or learner: the rows of the member table.
+    pub members: usize,
+    pub voting: usize,
+    pub learners: usize,
+    pub healthy: usize,
+    pub unhealthy: usize,
+    pub unknown: usize,
+    pub quorum: usize,
+    pub fault_tolerance: i64,
+    pub has_quorum: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerdictOut {
+    pub what_if: String,
+    #[serde(rename = "as")]
+    pub requester: String,
+    pub allowed: bool,
+    pub reason: &'static str,
+    pub message: String,
+    pub warnings: Vec<String>,
+    pub figures: Option<FiguresOut>,
+}
+
+impl VerdictOut {
+    pub(super) fn new(w: &WhatIf, r: &Requester, v: Verdict) -> VerdictOut {
+        VerdictOut {
+            what_if: w.to_string(),
+            requester: r.username.clone(),
+            allowed: v.allowed,
+            reason: v.reason.as_str(),
+            message: v.message,
+            warnings: v.warnings,
+            figures: v.figures.map(FiguresOut::from),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FiguresOut {
+    pub voting: usize,
+    pub healthy: usize,
+    pub unknown: usize,
+    pub quorum: usize,
+    pub fault_tolerance: i64,
+    pub voting_after: usize,
+    pub healthy_after: usize,
+    pub quorum_after: usize,
+    pub fault_tolerance_after: i64,
+}
+
+impl From<Figures> for FiguresOut {
+    fn from(f: Figures) -> FiguresOut {
+        FiguresOut {
+            voting: f.voting,
+            healthy: f.healthy,
+            unknown: f.unknown,
+            quorum: f.quorum,
+            fault_tolerance: f.tolerance,
+            voting_after: f.voting_after,
+            healthy_after: f.healthy_after,
+            quorum_after: f.quorum_after,
+            fault_tolerance_after: f.tolerance_after,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NextActionOut {
+    pub code: &'static str,
+    pub message: String,
+    pub command: Option<String>,
+    pub target: Option<String>,
+}
+
+impl Report {
+    /// The report of `cp` with these verdicts and next action. `status` builds its per-control-
+    /// plane reports here too (with no verdicts), so both commands share one schema.
+    pub(crate) fn new(
+        cp: &ControlPlane,
+        verdicts: Vec<VerdictOut>,
+        next: &NextAction,
+        warnings: Vec<String>,
+    ) -> Report {
+        let members = cp.members();
+        let tally = Tally::of(members, false);
+        // By name, as humans look members up; unstarted ones (no name yet) last.
+        let mut sorted: Vec<&Member> = members.iter().collect();
+        sorted.sort_by(|a, b| {
+            (a.is_unstarted(), &a.name, a.id).cmp(&(b.is_unstarted(), &b.name, b.id))
+        });
+        let members_out = sorted
+            .into_iter()
+            .map(|m| {
+                let health = m.effective_health();
+                MemberOut {
+                    name: m.name.clone(),
+                    id: m.id.to_string(),
+                    voting: !m.is_learner,
+                    learner: m.is_learner,
+                    unstarted: m.is_unstarted(),
+                    health: match health {
+                        Health::Healthy => "Healthy",
+                        Health::Unhealthy(_) => "Unhealthy",
+                        Health::Unknown | Health::Unconfirmed(_) => "Unknown",
+                    },
+                    error: match health {
+                        Health::Unhealthy(e) | Health::Unconfirmed(e) => Some(e),
+                        _ => None,
+                    },
+                    leader: m.is_leader,
+                    version: m.version.clone(),
+                    db_size: m.db_size,
+                    raft_term: m.raft_term,
+                    raft_index: m.raft_index,
+                    alarms: m.alarms.iter().map(ToString::to_string).collect(),
+                    client_urls: m.client_urls.clone(),
+                    machine: cp.machine_of(m).map(|x| x.name.clone()),
+                }
+            })
+            .collect();
+        let machines: Vec<MachineOut> = cp
+            .machines
+            .iter()
+            .map(|m| MachineOut {
+                name: m.name.clone(),
+                node: m.node_name.clone(),
+                deleting: m.deleting,
+                member: cp.member_of(m).map(|x| x.id.to_string()),
+            })
+            .collect();
+        let without = machines
+            .iter()
+            .filter(|m| m.member.is_none())
+            .map(|m| m.name.clone())
+            .collect();
+        let etcd_unknown = matches!(cp.etcd, EtcdState::Unknown { .. });
+        Report {
+            schema: SCHEMA,
+            control_plane: ControlPlaneOut {
+                kcp: cp.kcp_ref(),
+                cluster: cp.cluster.name.clone(),
+                replicas: cp.kcp.replicas,
+                version: cp.kcp.version.clone(),
+                etcd: match cp.kcp.etcd {
+                    EtcdTopology::Stacked => "Stacked",
+                    EtcdTopology::External => "External",
+                },
+                max_surge: cp.kcp.max_surge,
+                deleting: cp.kcp.deleting,
+                cluster_deleting: cp.cluster.deleting,
+            },
+            members: members_out,
+            machines,
+            machines_without_member: if etcd_unknown { Vec::new() } else { without },
+            quorum: (!etcd_unknown).then(|| QuorumOut {
+                members: members.len(),
+                voting: tally.voting(),
+                learners: members.iter().filter(|m| m.is_learner).count(),
+                healthy: tally.healthy,
+                unhealthy: tally.unhealthy,
+                unknown: tally.unknown,
+                quorum: quorum(tally.voting()),
+                fault_tolerance: tolerance(tally.voting(), tally.healthy),
+                has_quorum: tally.has_quorum(),
+            }),
+            verdicts,
+            next_action: NextActionOut {
+                code: next.code.as_str(),
+                message: next.message.clone(),
+                command: next.command.clone(),
+                target: next.target.clone(),
+            },
+            warnings,
+        }
+    }
+}

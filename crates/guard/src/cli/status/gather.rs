@@ -1,0 +1,191 @@
+//! Gathering a [`StatusReport`]: list the chosen control planes into a [`ClusterState`], probe
+//! their etcd with one [`sweep_once`], and build `check`'s report for each.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow, bail};
+use kube::Client;
+
+use super::mgmt::{Mgmt, Scope, kube_config};
+use super::select::{Unselected, clusters_elsewhere, select, unknown_cluster};
+use super::{
+    ControlPlaneStatus, PROBE_CONCURRENCY, ProbeOut, ProbeResult, SCHEMA, StatusArgs, StatusReport,
+};
+use crate::cli::check::Report;
+use crate::engine::{Confirmation, EtcdState, EtcdTopology, Policy, next_action};
+use crate::etcd::TransportKind;
+use crate::etcd::sweep::{Probers, SweepConfig, sweep_once};
+use crate::state::{ClusterState, Key, Kind, Object};
+use crate::status::conditions;
+
+/// Lists, probes and reports.
+pub(super) async fn gather(args: &StatusArgs) -> anyhow::Result<StatusReport> {
+    let config = kube_config(args).await?;
+    let server = config.cluster_url.to_string();
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let scope = if args.all_namespaces {
+        Scope::All
+    } else {
+        Scope::Namespace(namespace.clone())
+    };
+    let client = Client::try_from(config)
+        .with_context(|| format!("building a client for the API server at {server}"))?;
+    let mgmt = Mgmt {
+        client,
+        server,
+        timeout: args.request_timeout,
+    };
+    let listed = mgmt.list_all(&scope).await?;
+    let selected = match select(&listed, args.cluster.as_deref(), &scope) {
+        Ok(s) => s,
+        Err(Unselected::Other(e)) => return Err(e),
+        Err(Unselected::UnknownCluster {
+            namespace,
+            name,
+            names,
+        }) => {
+            let elsewhere = if names.is_empty() {
+                clusters_elsewhere(&mgmt).await.unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            bail!(unknown_cluster(&namespace, &name, &names, &elsewhere));
+        }
+    };
+    let mut warnings = listed.warnings.clone();
+
+    // Only the chosen control planes go into the state, so the sweep probes only their etcd.
+    let wanted: BTreeSet<&Key> = selected.iter().collect();
+    let state = ClusterState::new();
+    for kind in Kind::ALL {
+        state.relist_start(kind);
+    }
+    for c in &listed.clusters {
+        state.apply(Object::Cluster(c.clone()));
+    }
+    for k in &listed.kcps {
+        if wanted.contains(&(k.object.namespace.clone(), k.object.name.clone())) {
+            state.apply(Object::Kcp(k.clone()));
+        }
+    }
+    for m in &listed.machines {
+        if let Some(kcp) = &m.control_plane_name
+            && wanted.contains(&(m.object.namespace.clone(), kcp.clone()))
+        {
+            state.apply(Object::Machine(m.clone()));
+        }
+    }
+    for kind in Kind::ALL {
+        state.relist_done(kind);
+    }
+
+    let targets = state.probe_targets();
+    let cfg = SweepConfig {
+        deadline: args.probe_timeout,
+        concurrency: PROBE_CONCURRENCY,
+        transport: args.etcd_transport,
+        confirmation: Confirmation {
+            election_timeout: args.etcd_election_timeout,
+        },
+        ..Default::default()
+    };
+    // Each probe ends by its deadline (reading the Secret, then etcd), and a cluster is probed
+    // at most `max_probes` times an election timeout apart while a finding is confirmed: this
+    // outer bound only guards against a bug there, so that the command always ends.
+    let waves = u32::try_from(targets.len().div_ceil(PROBE_CONCURRENCY)).unwrap_or(u32::MAX);
+    let probes = u32::try_from(cfg.confirmation.max_probes()).unwrap_or(u32::MAX);
+    let per_cluster = (args.probe_timeout * 2 + Duration::from_secs(5))
+        + (args.probe_timeout + args.etcd_election_timeout).saturating_mul(probes);
+    let bound = per_cluster.saturating_mul(waves.max(1));
+    if tokio::time::timeout(
+        bound,
+        sweep_once(&mgmt.client, &state, &cfg, &Probers::default()),
+    )
+    .await
+    .is_err()
+    {
+        warnings.push(format!(
+            "the etcd probes did not finish within {bound:?}; clusters not probed by then are shown as unknown"
+        ));
+    }
+    // A failed probe whose CA Secret is missing or unreadable: say that, and what to do.
+    let failed = targets
+        .iter()
+        .filter(|t| state.probe_error(&t.namespace, &t.cluster).is_some());
+    let explained = futures::future::join_all(failed.map(|t| {
+        let mgmt = &mgmt;
+        async move { (t, mgmt.explain_secret(&t.namespace, &t.cluster).await) }
+    }))
+    .await;
+    for (t, why) in explained {
+        if let Some(why) = why {
+            state.set_probe_error(&t.namespace, &t.cluster, why);
+        }
+    }
+
+    let policy = Policy::default();
+    let now = Instant::now();
+    let now_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .context("the system clock is before 1970")?;
+    let mut control_planes = Vec::with_capacity(selected.len());
+    for (ns, name) in &selected {
+        let cp = state.control_plane(ns, name, now).map_err(|e| {
+            anyhow!("KubeadmControlPlane {ns}/{name} vanished from the listed objects ({e:?})")
+        })?;
+        let cluster = cp.cluster.name.clone();
+        let probe_error = state.probe_error(ns, &cluster);
+        let next = next_action(&cp, &policy, now_unix);
+        let conds = conditions(
+            &cp,
+            &policy,
+            now_unix,
+            state.kcp_generation(ns, name),
+            probe_error.as_deref(),
+        );
+        let probe = ProbeOut {
+            result: match (&cp.etcd, cp.kcp.etcd) {
+                (_, EtcdTopology::External) => ProbeResult::NotProbed,
+                (EtcdState::Observed(_), _) => ProbeResult::Observed,
+                (EtcdState::Unknown { .. }, _) => ProbeResult::Failed,
+            },
+            error: match (&cp.etcd, cp.kcp.etcd) {
+                (_, EtcdTopology::External) => None,
+                (EtcdState::Unknown { reason }, _) => Some(probe_error.unwrap_or(reason.clone())),
+                (EtcdState::Observed(_), _) => None,
+            },
+            transport: {
+                let annotation = listed.transports.get(&(ns.clone(), cluster.clone()));
+                match TransportKind::for_cluster(
+                    annotation.map(String::as_str),
+                    args.etcd_transport,
+                ) {
+                    Ok(kind) => kind.as_str().to_string(),
+                    Err(_) => annotation.cloned().unwrap_or_default(),
+                }
+            },
+            took_ms: state
+                .probe_duration(ns, &cluster)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        };
+        control_planes.push(ControlPlaneStatus {
+            report: Report::new(&cp, Vec::new(), &next, Vec::new()),
+            probe,
+            conditions: conds.to_vec(),
+        });
+    }
+    Ok(StatusReport {
+        schema: SCHEMA,
+        scope: match scope {
+            Scope::Namespace(ns) => format!("namespace {ns}"),
+            Scope::All => "any namespace".into(),
+        },
+        control_planes,
+        warnings,
+    })
+}

@@ -1,0 +1,189 @@
+//! The management cluster: its client configuration, found as kubectl finds it, and what is
+//! asked of its API server (the three lists, converted as the watch does, and the etcd CA Secret).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, ResourceExt};
+
+use super::StatusArgs;
+use crate::capi::{CapiCluster, CapiKcp, CapiMachine};
+use crate::engine::LABEL_CONTROL_PLANE;
+use crate::etcd::ETCD_TRANSPORT_ANNOTATION;
+use crate::state::{Key, Kind, Object, watch};
+
+/// The management cluster's client configuration, found as kubectl finds it.
+pub(super) async fn kube_config(args: &StatusArgs) -> anyhow::Result<kube::Config> {
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..Default::default()
+    };
+    let context = match &args.context {
+        Some(c) => format!(" (context {c:?})"),
+        None => String::new(),
+    };
+    let mut config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .with_context(|| format!("using kubeconfig {}{context}", path.display()))?
+        }
+        // A context names an entry of a kubeconfig file: no in-cluster fallback then.
+        None if args.context.is_some() => kube::Config::from_kubeconfig(&options)
+            .await
+            .with_context(|| format!("using $KUBECONFIG or ~/.kube/config{context}"))?,
+        None => kube::Config::infer().await.context(
+            "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, or write ~/.kube/config",
+        )?,
+    };
+    config.read_timeout = Some(args.request_timeout);
+    config.connect_timeout = Some(args.request_timeout.min(Duration::from_secs(10)));
+    Ok(config)
+}
+
+/// Where to list: one namespace, or all.
+#[derive(Clone, Debug)]
+pub(super) enum Scope {
+    Namespace(String),
+    All,
+}
+
+/// What the three lists gave, converted.
+#[derive(Default)]
+pub(super) struct Listed {
+    pub(super) clusters: Vec<CapiCluster>,
+    pub(super) kcps: Vec<CapiKcp>,
+    pub(super) machines: Vec<CapiMachine>,
+    /// Cluster key -> its `quorumguard.io/etcd-transport` annotation, as written.
+    pub(super) transports: BTreeMap<Key, String>,
+    pub(super) warnings: Vec<String>,
+}
+
+/// Everything the API server is asked, with its URL for messages and a bound on each call.
+pub(super) struct Mgmt {
+    pub(super) client: Client,
+    pub(super) server: String,
+    pub(super) timeout: Duration,
+}
+
+impl Mgmt {
+    /// Lists one kind (control-plane Machines only) in `scope`.
+    pub(super) async fn list(
+        &self,
+        kind: Kind,
+        scope: &Scope,
+    ) -> anyhow::Result<Vec<DynamicObject>> {
+        let ar = watch::api_resource(kind);
+        let (api, where_): (Api<DynamicObject>, String) = match scope {
+            Scope::Namespace(ns) => (
+                Api::namespaced_with(self.client.clone(), ns, &ar),
+                format!("in namespace {ns}"),
+            ),
+            Scope::All => (
+                Api::all_with(self.client.clone(), &ar),
+                "in all namespaces".into(),
+            ),
+        };
+        let mut lp = ListParams::default();
+        if kind == Kind::Machine {
+            lp = lp.labels(LABEL_CONTROL_PLANE);
+        }
+        let what = format!("listing {}.{}/{} {where_}", ar.plural, ar.group, ar.version);
+        match tokio::time::timeout(self.timeout, api.list(&lp)).await {
+            Ok(Ok(list)) => Ok(list.items),
+            Ok(Err(e)) => Err(self.api_error(e, &what)),
+            Err(_) => bail!(
+                "{what}: the API server at {} did not answer within {:?} (--request-timeout)",
+                self.server,
+                self.timeout
+            ),
+        }
+    }
+
+    /// An API failure in words that say what to do.
+    fn api_error(&self, e: kube::Error, what: &str) -> anyhow::Error {
+        match &e {
+            kube::Error::Api(s) if s.code == 404 => anyhow!(
+                "{what}: the API server at {} does not serve it (404 {}): is this the management \
+                 cluster, with Cluster API's v1beta2 CRDs installed?",
+                self.server,
+                s.reason
+            ),
+            kube::Error::Api(s) if s.code == 401 || s.code == 403 => anyhow!(
+                "{what}: {} ({} {}): quorumguard status needs get and list on clusters, \
+                 kubeadmcontrolplanes and machines, and get on Secrets <cluster>-etcd (and \
+                 <cluster>-kubeconfig for the port-forward transport)",
+                s.message,
+                s.code,
+                s.reason
+            ),
+            _ => anyhow::Error::new(e).context(format!(
+                "{what}: cannot use the API server at {}",
+                self.server
+            )),
+        }
+    }
+
+    /// Lists the three kinds and converts them as the watch does.
+    pub(super) async fn list_all(&self, scope: &Scope) -> anyhow::Result<Listed> {
+        let (clusters, kcps, machines) = futures::try_join!(
+            self.list(Kind::Cluster, scope),
+            self.list(Kind::Kcp, scope),
+            self.list(Kind::Machine, scope),
+        )?;
+        let mut out = Listed::default();
+        for (kind, objects) in [
+            (Kind::Cluster, clusters),
+            (Kind::Kcp, kcps),
+            (Kind::Machine, machines),
+        ] {
+            for o in objects {
+                if kind == Kind::Cluster
+                    && let Some(t) = o.annotations().get(ETCD_TRANSPORT_ANNOTATION)
+                {
+                    out.transports
+                        .insert((o.namespace().unwrap_or_default(), o.name_any()), t.clone());
+                }
+                match watch::convert(kind, &o) {
+                    Ok(Object::Cluster(c)) => out.clusters.push(c),
+                    Ok(Object::Kcp(k)) => out.kcps.push(k),
+                    Ok(Object::Machine(m)) => out.machines.push(m),
+                    Err(e) => out.warnings.push(format!(
+                        "ignoring {} {}/{}, which quorumguard cannot read: {e}",
+                        kind.as_str(),
+                        o.namespace().unwrap_or_default(),
+                        o.name_any()
+                    )),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Says what is wrong when a probe failed because of the `<cluster>-etcd` Secret: missing or
+    /// unreadable. `None` when the Secret is readable (the probe's own error then stands).
+    pub(super) async fn explain_secret(&self, namespace: &str, cluster: &str) -> Option<String> {
+        let name = format!("{cluster}-etcd");
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        match tokio::time::timeout(self.timeout, secrets.get_opt(&name)).await {
+            Ok(Ok(None)) => Some(format!(
+                "Secret {namespace}/{name} not found: the etcd prober needs the cluster's etcd CA \
+                 from it (keys tls.crt and tls.key) to sign its client certificate, as KCP does. \
+                 Cluster API creates it with the cluster: check that Cluster {namespace}/{cluster} \
+                 is managed from this management cluster"
+            )),
+            Ok(Err(kube::Error::Api(s))) if s.code == 401 || s.code == 403 => Some(format!(
+                "cannot read Secret {namespace}/{name} ({} {}): the etcd prober needs get on it \
+                 for the cluster's etcd CA",
+                s.code, s.reason
+            )),
+            _ => None,
+        }
+    }
+}
