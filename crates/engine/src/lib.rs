@@ -13,7 +13,7 @@ pub use decide::{Figures, Judgement, Operation, Reason, Verdict, admit, admit_de
 pub use model::*;
 pub use next_action::{ActionCode, NextAction, next_action};
 
-#[cfg(test)]
-mod tests;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
+#[cfg(test)]
+mod tests;

@@ -28,8 +28,10 @@ const REVIEW_KCP: &str = "test-controlplane";
 /// The objects and etcd dumps of a healthy 3-member control plane (tests/fixtures/).
 const OBJECTS: &str = include_str!("../../../tests/fixtures/objects/healthy.yaml");
 const MEMBER_LIST: &str = include_str!("../../../tests/fixtures/etcd/healthy/member-list.json");
-const ENDPOINT_STATUS: &str = include_str!("../../../tests/fixtures/etcd/healthy/endpoint-status.json");
-const ENDPOINT_HEALTH: &str = include_str!("../../../tests/fixtures/etcd/healthy/endpoint-health.json");
+const ENDPOINT_STATUS: &str =
+    include_str!("../../../tests/fixtures/etcd/healthy/endpoint-status.json");
+const ENDPOINT_HEALTH: &str =
+    include_str!("../../../tests/fixtures/etcd/healthy/endpoint-health.json");
 
 /// A control-plane Machine of the review fixtures' KCP.
 fn review_machine(name: &str, node: Option<&str>) -> Value {

@@ -15,9 +15,9 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::kcp::{KcpController, Step, Style};
 use crate::scenarios::{self, DEFAULT_SCENARIO, SCENARIOS};
+use crate::telemetry::{self, LogFormat};
 use crate::timeline::{Sink, Timeline};
 use crate::world::{CLUSTER, KCP, NAMESPACE, World, WorldOptions};
-use crate::telemetry::{self, LogFormat};
 
 #[derive(Debug, Args)]
 #[command(after_help = "\

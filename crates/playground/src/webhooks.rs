@@ -87,7 +87,8 @@ use serde_json::{Value, json};
 use super::apiserver::{AdmissionAttempt, AdmissionVerdict, ApiServer, Operation};
 
 /// The repo's ValidatingWebhookConfiguration, as `kubectl apply -k manifests/` installs it.
-pub const MANIFEST: &str = include_str!("../../../manifests/core/validatingwebhookconfiguration.yaml");
+pub const MANIFEST: &str =
+    include_str!("../../../manifests/core/validatingwebhookconfiguration.yaml");
 
 /// The DNS name kube-apiserver verifies the webhook's certificate for with [`MANIFEST`]: its
 /// service `quorumguard-webhook` in `quorumguard-system`.

@@ -37,12 +37,12 @@ use super::webhooks::{SERVICE_DNS_NAME, WebhookDispatcher, WebhookTarget};
 use crate::certs::Ca;
 use crate::engine::model::DEFAULT_KCP_CONTROLLER;
 use crate::engine::{Confirmation, Policy};
-use quorumguard_guard::etcd::TransportKind;
-use quorumguard_guard::etcd::endpoints::{ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION};
-use quorumguard_guard::etcd::sweep::SweepConfig;
 use crate::server::{self, Running, ServeConfig, StatusConfig};
 use crate::status::conditions::{CONDITION_ETCD_QUORUM, CONDITION_NEXT_ACTION};
 use crate::status::publish::PublishConfig;
+use quorumguard_guard::etcd::TransportKind;
+use quorumguard_guard::etcd::endpoints::{ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION};
+use quorumguard_guard::etcd::sweep::SweepConfig;
 
 /// The namespace of the playground's workload cluster objects.
 pub const NAMESPACE: &str = "default";

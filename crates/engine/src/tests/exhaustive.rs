@@ -9,9 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::testkit::*;
 use crate::decide::judge;
 use crate::quorum::quorum;
+use crate::testkit::*;
 use crate::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
