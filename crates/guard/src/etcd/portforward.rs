@@ -26,41 +26,32 @@
 //! closed, so the prober can report it ([`PortForward::forward_error`]) instead of etcd-client's
 //! "connection closed", which says nothing about why.
 //!
+//! The parts: `kubeconfig` (the workload kubeconfig: its Secret, and the inline credentials only
+//! that are accepted from it) and `relay` (a pod's loopback listener, its accept loop, and the
+//! relays through port-forward WebSockets); [`PortForward`], one listener per pod, is here.
+//!
+//! [`Api::portforward`]: kube::Api::portforward
+//! [`JoinSet`]: tokio::task::JoinSet
 //! [`Prober`]: super::Prober
+
+mod kubeconfig;
+mod relay;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::net::SocketAddr;
-use std::pin::pin;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::Portforwarder;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client};
+use kube::Client;
 use thiserror::Error;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::{JoinHandle, JoinSet};
 
 use super::endpoints::{ETCD_CLIENT_PORT, ETCD_TRANSPORT_ANNOTATION};
+use relay::Forward;
+
+pub use kubeconfig::{KUBECONFIG_KEY, kubeconfig_secret_name, read_kubeconfig};
 
 /// The namespace of kubeadm's static etcd pods.
 pub const ETCD_POD_NAMESPACE: &str = "kube-system";
-/// The key of Secret `<cluster>-kubeconfig` that holds the kubeconfig (Cluster API's).
-pub const KUBECONFIG_KEY: &str = "value";
-/// How long opening one port-forward may take. Longer than a probe's deadline on purpose: the
-/// probe gives up on its own, and a relay that is still opening ends when its connection does.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections relayed at once per pod, at most (the prober keeps one, plus reconnects).
-const MAX_CONNECTIONS: usize = 16;
-/// After a failed accept (out of file descriptors, say), wait this long before the next.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-
-/// The name of Secret holding a cluster's workload kubeconfig.
-pub fn kubeconfig_secret_name(cluster: &str) -> String {
-    format!("{cluster}-kubeconfig")
-}
 
 /// The static pod of kubeadm's stacked etcd member on node `node`: `etcd-<node>` (kubeadm names
 /// the member after the node, so a member's name gives its pod too).
@@ -109,49 +100,6 @@ pub enum PortForwardError {
     },
 }
 
-/// Reads the workload kubeconfig of Cluster `namespace/cluster` from Secret
-/// `<cluster>-kubeconfig`, key `value`, within `deadline`.
-pub async fn read_kubeconfig(
-    client: &Client,
-    namespace: &str,
-    cluster: &str,
-    deadline: Duration,
-) -> Result<String, PortForwardError> {
-    let name = kubeconfig_secret_name(cluster);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let read = |error: String| PortForwardError::KubeconfigRead {
-        namespace: namespace.to_string(),
-        cluster: cluster.to_string(),
-        error,
-    };
-    let secret = match tokio::time::timeout(deadline, secrets.get_opt(&name)).await {
-        Ok(Ok(Some(s))) => s,
-        Ok(Ok(None)) => {
-            return Err(PortForwardError::KubeconfigNotFound {
-                namespace: namespace.to_string(),
-                cluster: cluster.to_string(),
-            });
-        }
-        Ok(Err(e)) => return Err(read(kube_error(&e))),
-        Err(_) => {
-            return Err(read(format!(
-                "no answer within {}",
-                humantime::format_duration(deadline)
-            )));
-        }
-    };
-    let value = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(KUBECONFIG_KEY))
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .filter(|v| !v.trim().is_empty());
-    value.ok_or_else(|| PortForwardError::KubeconfigNoValue {
-        namespace: namespace.to_string(),
-        cluster: cluster.to_string(),
-    })
-}
-
 /// A kube error as a human reads it: an API server's Status as `<code> <reason>: <message>`,
 /// anything else with its causes.
 pub(crate) fn kube_error(e: &kube::Error) -> String {
@@ -170,79 +118,6 @@ pub(crate) fn kube_error(e: &kube::Error) -> String {
             }
             text
         }
-    }
-}
-
-/// Refuses what a kubeconfig taken from a Secret must not make quorumguard do: run a command
-/// (`exec`, `auth-provider`) or read its own files (`tokenFile`, certificate and key paths: a
-/// kubeconfig naming quorumguard's service-account token file and a server of its own choosing
-/// would leak that token). Cluster API writes inline data only, so nothing real is refused.
-fn check_inline_only(kc: &Kubeconfig) -> Result<(), String> {
-    for c in &kc.clusters {
-        if let Some(cluster) = &c.cluster
-            && cluster.certificate_authority.is_some()
-        {
-            return Err(format!(
-                "cluster {:?} names a certificate-authority file; only inline data \
-                 (certificate-authority-data) is accepted from a Secret",
-                c.name
-            ));
-        }
-    }
-    for a in &kc.auth_infos {
-        let Some(user) = &a.auth_info else { continue };
-        let refused = [
-            (user.exec.is_some(), "exec"),
-            (user.auth_provider.is_some(), "auth-provider"),
-            (user.token_file.is_some(), "tokenFile"),
-            (user.client_certificate.is_some(), "client-certificate"),
-            (user.client_key.is_some(), "client-key"),
-        ];
-        if let Some((_, what)) = refused.iter().find(|(set, _)| *set) {
-            return Err(format!(
-                "user {:?} uses {what}; only inline credentials (client-certificate-data, \
-                 client-key-data, token) are accepted from a Secret",
-                a.name
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// One loopback listener relaying to one etcd pod. Dropping it stops accepting and ends every
-/// relay it started.
-struct Forward {
-    url: String,
-    pod: Arc<PodForward>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for Forward {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// What every relay of one pod shares.
-struct PodForward {
-    api: Api<Pod>,
-    namespace: String,
-    name: String,
-    port: u16,
-    /// The workload API server, for messages.
-    server: String,
-    /// The latest failure to forward, and when.
-    last_error: Mutex<Option<(Instant, String)>>,
-}
-
-impl PodForward {
-    fn record(&self, error: impl fmt::Display) {
-        let text = format!(
-            "port-forward to {}/{} through {}: {error}",
-            self.namespace, self.name, self.server
-        );
-        tracing::debug!(error = %text, "etcd port-forward failed");
-        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), text));
     }
 }
 
@@ -279,30 +154,6 @@ impl PortForward {
             port: ETCD_CLIENT_PORT,
             forwards: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// From the workload kubeconfig of Cluster `namespace/cluster` (the text of Secret
-    /// `<cluster>-kubeconfig`, key `value`). Only inline credentials are accepted (see
-    /// [`check_inline_only`]).
-    pub async fn from_kubeconfig(
-        yaml: &str,
-        namespace: &str,
-        cluster: &str,
-    ) -> Result<Self, PortForwardError> {
-        let invalid = |problem: String| PortForwardError::KubeconfigInvalid {
-            namespace: namespace.to_string(),
-            cluster: cluster.to_string(),
-            problem,
-        };
-        let kc = Kubeconfig::from_yaml(yaml).map_err(|e| invalid(e.to_string()))?;
-        check_inline_only(&kc).map_err(&invalid)?;
-        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| invalid(e.to_string()))?;
-        let server = config.cluster_url.to_string();
-        let server = server.trim_end_matches('/').to_string();
-        let client = Client::try_from(config).map_err(|e| invalid(kube_error(&e)))?;
-        Ok(Self::new(client, server))
     }
 
     /// The workload API server's URL.
@@ -364,119 +215,17 @@ impl PortForward {
         drop(gone);
     }
 
-    /// A listener on 127.0.0.1 and its accept task (on the current Tokio runtime).
-    fn listen(&self, pod: &str) -> Result<Forward, String> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| "no Tokio runtime to run the listener on".to_string())?;
-        let std_listener =
-            std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(|e| e.to_string())?;
-        std_listener
-            .set_nonblocking(true)
-            .map_err(|e| e.to_string())?;
-        let local = std_listener.local_addr().map_err(|e| e.to_string())?;
-        let listener = {
-            let _entered = runtime.enter();
-            TcpListener::from_std(std_listener).map_err(|e| e.to_string())?
-        };
-        let shared = Arc::new(PodForward {
-            api: Api::namespaced(self.client.clone(), &self.namespace),
-            namespace: self.namespace.clone(),
-            name: pod.to_string(),
-            port: self.port,
-            server: self.server.clone(),
-            last_error: Mutex::new(None),
-        });
-        let task = runtime.spawn(accept_loop(listener, shared.clone()));
-        Ok(Forward {
-            url: local_url(local),
-            pod: shared,
-            task,
-        })
-    }
-
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Forward>> {
         self.forwards.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-fn local_url(addr: SocketAddr) -> String {
-    format!("https://{addr}")
-}
-
-/// Accepts connections until aborted; each one is relayed by a task of `relays`, which goes
-/// (aborting them all) with this task.
-async fn accept_loop(listener: TcpListener, pod: Arc<PodForward>) {
-    let mut relays = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) if relays.len() < MAX_CONNECTIONS => {
-                    relays.spawn(relay(tcp, pod.clone()));
-                }
-                Ok((tcp, _)) => {
-                    pod.record(format!("more than {MAX_CONNECTIONS} connections at once"));
-                    drop(tcp);
-                }
-                Err(e) => {
-                    pod.record(format!("accepting on the local listener: {e}"));
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                }
-            },
-            Some(_) = relays.join_next(), if !relays.is_empty() => {}
-        }
-    }
-}
-
-/// Aborts the port-forward's WebSocket task when the relay ends or is aborted.
-struct AbortOnDrop(Portforwarder);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Relays one local connection through one port-forward WebSocket until either side ends, or
-/// the kubelet reports an error for the port (recorded, then the connection is closed).
-async fn relay(mut tcp: TcpStream, pod: Arc<PodForward>) {
-    let ports = [pod.port];
-    let opened = tokio::time::timeout(OPEN_TIMEOUT, pod.api.portforward(&pod.name, &ports));
-    let mut forwarder = match opened.await {
-        Ok(Ok(f)) => AbortOnDrop(f),
-        Ok(Err(e)) => return pod.record(kube_error(&e)),
-        Err(_) => {
-            return pod.record(format!(
-                "no answer within {}",
-                humantime::format_duration(OPEN_TIMEOUT)
-            ));
-        }
-    };
-    let (Some(mut stream), Some(error)) = (
-        forwarder.0.take_stream(pod.port),
-        forwarder.0.take_error(pod.port),
-    ) else {
-        return pod.record(format!("port {} was not forwarded", pod.port));
-    };
-    let mut error = pin!(error);
-    let mut copy = pin!(tokio::io::copy_bidirectional(&mut tcp, &mut stream));
-    let mut error_channel_open = true;
-    loop {
-        tokio::select! {
-            // The error first: kube delivers it before it closes the data stream, so it is
-            // recorded before the prober sees its connection end.
-            biased;
-            message = &mut error, if error_channel_open => match message {
-                Some(text) => return pod.record(text),
-                None => error_channel_open = false,
-            },
-            _ = &mut copy => return,
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
+    use std::time::Duration;
+    use tokio::net::TcpStream;
 
     /// Inline credentials; the server is port 9 on loopback, where nothing listens, so a
     /// connection attempt is refused at once and nothing leaves the machine.

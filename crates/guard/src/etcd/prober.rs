@@ -29,27 +29,40 @@
 //!   loopback listener per etcd pod that port-forwards through the workload API server. When the
 //!   transport knows why a connection failed (the API server refused the port-forward: "404 pods
 //!   \"etcd-x\" not found"), that is the error reported, not etcd-client's "connection closed".
+//!
+//! The parts, one file each under `prober/`:
+//! - `client_tls`: the cluster's TLS material and the rustls configuration built from it
+//!   ([`ClientTls`], [`TlsError`]);
+//! - `clients`: the client kept per endpoint, dialled under the deadline, and what a failed call
+//!   says;
+//! - `member`: one member's status and linearizable read, judged into its [`Member`];
+//! - `alarms`: etcd's alarms, attached to the member they name;
+//! - here: [`Prober`] and [`probe`]: the member list, then every member in parallel, put together
+//!   into a [`Probe`].
+
+mod alarms;
+mod client_tls;
+mod clients;
+mod member;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::sync::Mutex;
+use std::time::Duration;
 
-use etcd_client::{AlarmAction, AlarmType, Client, StatusResponse};
+use etcd_client::{AlarmAction, AlarmType, Client};
 use futures::future::{Either, join_all, select};
 use futures::stream::{FuturesUnordered, StreamExt};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ClientConfig, RootCertStore};
 use thiserror::Error;
-use tokio::time::{Instant, sleep_until, timeout_at};
-use tower::util::BoxCloneSyncService;
+use tokio::time::{Instant, sleep_until};
 
-use super::certs::{self, CertError};
-use super::channel::{Channel, append_causes, chain};
 use super::endpoints::Transport;
-use crate::engine::model::{Alarm, Health, Member, MemberId};
+use crate::engine::model::{Alarm, Member};
+use alarms::{alarm_of, attach_alarms, parse_alarm};
+use clients::{Kept, call, with_hint};
+use member::apply;
+
+pub use client_tls::{ClientTls, TlsError};
 
 /// The share of the deadline the member list may take, at most: the rest is left to the
 /// members' status and health, which run in parallel.
@@ -59,130 +72,6 @@ const MEMBER_LIST_SHARE: u32 = 2;
 const HEDGE_SHARE: u32 = 8;
 /// The shortest head start, so that short deadlines do not ask every endpoint at once.
 const MIN_HEDGE: Duration = Duration::from_millis(50);
-
-/// How many TLS sessions a cluster's client configuration remembers for resumption: enough for
-/// its members (a redial after a restart), far fewer than rustls' default of 256, whose cache
-/// alone is 14 KiB per configuration.
-const TLS_SESSIONS: usize = 8;
-
-/// TLS material for etcd's client port: the CA that signed the serving certificates, and a
-/// client certificate that CA accepts (etcd runs with `--client-cert-auth`).
-///
-/// Holds the rustls configuration built from it, once: every connection of the cluster (and
-/// every clone) shares it, instead of parsing the PEM and building a configuration per member.
-#[derive(Clone)]
-pub struct ClientTls {
-    ca_pem: String,
-    cert_pem: String,
-    config: Arc<ClientConfig>,
-}
-
-impl fmt::Debug for ClientTls {
-    /// Leaves the key out.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientTls").finish_non_exhaustive()
-    }
-}
-
-/// Why TLS material is unusable. Checked before any connection, so a bad Secret is reported as
-/// such and not as a connection failure.
-#[derive(Debug, Error)]
-pub enum TlsError {
-    #[error("{what}: {problem}")]
-    Pem { what: &'static str, problem: String },
-    #[error(transparent)]
-    Sign(#[from] CertError),
-    #[error("etcd TLS material: {0} (does the client key belong to the client certificate?)")]
-    Config(rustls::Error),
-}
-
-impl ClientTls {
-    /// From PEM: the CA certificate(s) to verify etcd's serving certificate with, and the client
-    /// certificate and its key.
-    pub fn new(
-        ca_pem: impl Into<String>,
-        cert_pem: impl Into<String>,
-        key_pem: impl Into<String>,
-    ) -> Result<Self, TlsError> {
-        let (ca_pem, cert_pem, key_pem) = (ca_pem.into(), cert_pem.into(), key_pem.into());
-        let pem = |what: &'static str| {
-            move |e: rustls::pki_types::pem::Error| TlsError::Pem {
-                what,
-                problem: match e {
-                    rustls::pki_types::pem::Error::NoItemsFound => "no PEM block".to_string(),
-                    other => format!("bad PEM: {other:?}"),
-                },
-            }
-        };
-        let cas = CertificateDer::pem_slice_iter(ca_pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(pem("etcd CA certificate"))?;
-        if cas.is_empty() {
-            return Err(pem("etcd CA certificate")(
-                rustls::pki_types::pem::Error::NoItemsFound,
-            ));
-        }
-        let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(pem("etcd client certificate"))?;
-        if certs.is_empty() {
-            return Err(pem("etcd client certificate")(
-                rustls::pki_types::pem::Error::NoItemsFound,
-            ));
-        }
-        let key =
-            PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(pem("etcd client key"))?;
-        let mut roots = RootCertStore::empty();
-        let (_, unusable) = roots.add_parsable_certificates(cas);
-        if roots.is_empty() {
-            return Err(TlsError::Pem {
-                what: "etcd CA certificate",
-                problem: format!("none of its {unusable} certificate(s) can be used as a CA"),
-            });
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(TlsError::Config)?
-            .with_root_certificates(roots)
-            .with_client_auth_cert(certs, key)
-            .map_err(TlsError::Config)?;
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        config.resumption = rustls::client::Resumption::in_memory_sessions(TLS_SESSIONS);
-        Ok(ClientTls {
-            ca_pem,
-            cert_pem,
-            config: Arc::new(config),
-        })
-    }
-
-    /// From the etcd CA (Secret `<cluster>-etcd`): a new client certificate signed with it (see
-    /// [`certs::sign_client_cert`]), trusting the same CA for the serving certificates.
-    pub fn from_etcd_ca(
-        ca_cert_pem: &str,
-        ca_key_pem: &str,
-        now: SystemTime,
-    ) -> Result<Self, TlsError> {
-        let cert =
-            certs::sign_client_cert(ca_cert_pem, ca_key_pem, certs::CLIENT_COMMON_NAME, now)?;
-        Self::new(ca_cert_pem, cert.cert_pem, cert.key_pem)
-    }
-
-    /// The CA certificate(s), PEM.
-    pub fn ca_pem(&self) -> &str {
-        &self.ca_pem
-    }
-
-    /// The client certificate, PEM.
-    pub fn cert_pem(&self) -> &str {
-        &self.cert_pem
-    }
-
-    /// The rustls configuration every connection with this material uses.
-    fn config(&self) -> Arc<ClientConfig> {
-        self.config.clone()
-    }
-}
 
 /// What one probe saw.
 #[derive(Clone, Debug)]
@@ -253,12 +142,6 @@ pub struct Prober {
     clients: Mutex<HashMap<String, Box<Kept>>>,
 }
 
-/// A kept client and the one connection under it (see [`super::channel`]).
-struct Kept {
-    client: Client,
-    channel: Channel,
-}
-
 impl fmt::Debug for Prober {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Prober")
@@ -266,40 +149,6 @@ impl fmt::Debug for Prober {
             .field("cached_endpoints", &self.cached_endpoints())
             .finish_non_exhaustive()
     }
-}
-
-/// A member's status, reduced to what is judged.
-struct Status {
-    answered_by: u64,
-    leader: u64,
-    version: String,
-    db_size: i64,
-    raft_term: u64,
-    raft_index: u64,
-    is_learner: bool,
-    errors: Vec<String>,
-}
-
-impl From<StatusResponse> for Status {
-    fn from(s: StatusResponse) -> Self {
-        Status {
-            answered_by: s.header().map(|h| h.member_id()).unwrap_or(0),
-            leader: s.leader(),
-            version: s.version().to_string(),
-            db_size: s.db_size(),
-            raft_term: s.raft_term(),
-            raft_index: s.raft_index(),
-            is_learner: s.is_learner(),
-            errors: s.errors().to_vec(),
-        }
-    }
-}
-
-/// What one member's endpoint answered. `health` is `None` when the read was not made (a
-/// learner) or not waited for (the status already showed the member unhealthy).
-struct Report {
-    status: Result<Status, String>,
-    health: Option<Result<(), String>>,
 }
 
 impl Prober {
@@ -560,416 +409,11 @@ impl Prober {
             .collect();
         Err(ProbeError::MemberList { attempts })
     }
-
-    /// Status and (for voting members) a linearizable read of one member, both by `end`.
-    /// Failures are explained by the transport when it knows more (see [`Prober::explain`]).
-    async fn probe_member(
-        &self,
-        url: &str,
-        learner: bool,
-        start: Instant,
-        end: Instant,
-        timeout_text: &str,
-    ) -> Report {
-        let mut report = self.ask_member(url, learner, end, timeout_text).await;
-        if report.status.is_err() || matches!(report.health, Some(Err(_))) {
-            self.evict(url);
-            report.status = report.status.map_err(|e| self.explain(url, start, e));
-            report.health = report
-                .health
-                .map(|h| h.map_err(|e| self.explain(url, start, e)));
-        }
-        report
-    }
-
-    async fn ask_member(
-        &self,
-        url: &str,
-        learner: bool,
-        end: Instant,
-        timeout_text: &str,
-    ) -> Report {
-        let client = match self.client(url, end, timeout_text).await {
-            Ok(c) => c,
-            Err(e) => {
-                return Report {
-                    status: Err(e),
-                    health: None,
-                };
-            }
-        };
-        let mut status_client = client.clone();
-        let status = async move {
-            call(end, timeout_text, status_client.status())
-                .await
-                .map(Status::from)
-        };
-        if learner {
-            Report {
-                status: status.await,
-                health: None,
-            }
-        } else {
-            let mut read_client = client;
-            let health = async move {
-                match call(end, timeout_text, read_client.get("health", None)).await {
-                    // As etcdctl: a read refused by etcd auth still went through consensus.
-                    Err(e) if e.contains("permission denied") => Ok(()),
-                    other => other.map(|_| ()),
-                }
-            };
-            let (status, health) = (Box::pin(status), Box::pin(health));
-            match select(status, health).await {
-                Either::Left((status, health)) => {
-                    // A member whose status already shows it unhealthy need not wait for its
-                    // read (after quorum loss the read would hang until the deadline).
-                    let done = match &status {
-                        Err(_) => true,
-                        Ok(s) => judge_status(s).is_some(),
-                    };
-                    let health = if done { None } else { Some(health.await) };
-                    Report { status, health }
-                }
-                Either::Right((health, status)) => Report {
-                    status: status.await,
-                    health: Some(health),
-                },
-            }
-        }
-    }
-
-    /// What to report for a failed call to `url`: the transport's own failure since `since`
-    /// when there is one (it is the cause: etcd-client only saw the connection close), else
-    /// etcd-client's `error`.
-    fn explain(&self, url: &str, since: Instant, error: String) -> String {
-        self.transport
-            .forward_error(url, since.into_std())
-            .unwrap_or(error)
-    }
-
-    /// The kept client of `url`, or a new one (dialled by `until`). A kept client whose
-    /// connection has ended (the member restarted, or closed it) is replaced before use, so the
-    /// restart does not cost this probe a failed call.
-    async fn client(
-        &self,
-        url: &str,
-        until: Instant,
-        timeout_text: &str,
-    ) -> Result<Client, String> {
-        {
-            let mut clients = self.lock();
-            match clients.get(url) {
-                Some(kept) if !kept.channel.is_closed() => return Ok(kept.client.clone()),
-                Some(_) => {
-                    clients.remove(url);
-                }
-                None => {}
-            }
-        }
-        let connect = Channel::connect(url, self.tls.config(), self.transport.tls_name());
-        let channel = match timeout_at(until, connect).await {
-            Ok(Ok(channel)) => channel,
-            Ok(Err(e)) => return Err(chain(&e)),
-            Err(_) => return Err(timeout_text.to_string()),
-        };
-        let raw = etcd_client::Channel::Custom(BoxCloneSyncService::new(channel.clone()));
-        let client = call(until, timeout_text, Client::from_channel(raw, None)).await?;
-        let mut clients = self.lock();
-        let kept = clients
-            .entry(url.to_string())
-            .or_insert_with(|| Box::new(Kept { client, channel }));
-        Ok(kept.client.clone())
-    }
-
-    fn evict(&self, url: &str) {
-        self.lock().remove(url);
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Box<Kept>>> {
-        self.clients.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// Awaits `fut` until `until`; errors become text.
-async fn call<T>(
-    until: Instant,
-    timeout_text: &str,
-    fut: impl Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, String> {
-    match timeout_at(until, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(describe(&e)),
-        Err(_) => Err(timeout_text.to_string()),
-    }
-}
-
-/// An etcd-client error as a human reads it: etcd's own message (e.g. "etcdserver: no
-/// leader") or the transport's, followed by its causes (e.g. "Connection refused", the TLS
-/// alert), without repeating what is already said.
-fn describe(e: &etcd_client::Error) -> String {
-    let mut text = match e {
-        etcd_client::Error::GRpcStatus(s) if !s.message().is_empty() => s.message().to_string(),
-        etcd_client::Error::GRpcStatus(s) => format!("gRPC status {:?}", s.code()),
-        other => other.to_string(),
-    };
-    // etcd_client::Error does not expose its cause through `source()`: start from the inner
-    // error, where tonic keeps the cause (e.g. the I/O error behind "tcp connect error").
-    let source: Option<&(dyn std::error::Error + 'static)> = match e {
-        etcd_client::Error::GRpcStatus(s) => std::error::Error::source(s),
-        etcd_client::Error::TransportError(t) => std::error::Error::source(t),
-        etcd_client::Error::IoError(io) => std::error::Error::source(io),
-        _ => None,
-    };
-    append_causes(&mut text, source);
-    text
-}
-
-/// Says what an abrupt close on a new connection usually means. Over TLS 1.3 etcd checks the
-/// client certificate after the client has finished its handshake, so a refused certificate
-/// shows up as the alert ("BadCertificate") only when it wins the race with the first request;
-/// otherwise the client sees only the connection closing.
-fn with_hint(error: String) -> String {
-    let abrupt = ["connection closed", "broken pipe", "connection reset"]
-        .iter()
-        .any(|s| error.contains(s));
-    if abrupt {
-        format!("{error} (etcd closed the connection: is the client certificate signed by its CA?)")
-    } else {
-        error
-    }
-}
-
-/// The engine's alarm for etcd's, or `None` for "no alarm".
-fn alarm_of(t: AlarmType) -> Option<Alarm> {
-    match t {
-        AlarmType::None => None,
-        AlarmType::Nospace => Some(Alarm::NoSpace),
-        AlarmType::Corrupt => Some(Alarm::Corrupt),
-    }
-}
-
-/// A status `errors` entry naming an alarm: `memberID:<decimal id> alarm:<TYPE> `.
-fn parse_alarm(entry: &str) -> Option<(u64, Alarm)> {
-    let rest = entry.trim().strip_prefix("memberID:")?;
-    let (id, kind) = rest.split_once(" alarm:")?;
-    let id = id.trim().parse().ok()?;
-    let alarm = match kind.trim() {
-        "NOSPACE" => Alarm::NoSpace,
-        "CORRUPT" => Alarm::Corrupt,
-        "NONE" | "" => return None,
-        other => Alarm::Other(other.to_string()),
-    };
-    Some((id, alarm))
-}
-
-/// Attaches each alarm to the member it names (once); an alarm naming a member not in the list
-/// becomes a warning.
-fn attach_alarms(
-    members: &mut [Member],
-    alarms: impl IntoIterator<Item = (u64, Alarm)>,
-    warnings: &mut Vec<String>,
-) {
-    for (id, alarm) in alarms {
-        match members.iter_mut().find(|m| m.id.0 == id) {
-            Some(m) if !m.alarms.contains(&alarm) => m.alarms.push(alarm),
-            Some(_) => {}
-            None => {
-                let w = format!(
-                    "alarm {alarm} names member {}, not in the member list",
-                    MemberId(id)
-                );
-                if !warnings.contains(&w) {
-                    warnings.push(w);
-                }
-            }
-        }
-    }
-}
-
-/// Why a status shows the member unhealthy, if it does: its own errors (other than alarms,
-/// which belong to the member they name), or no leader.
-fn judge_status(s: &Status) -> Option<String> {
-    let errors: Vec<&str> = s
-        .errors
-        .iter()
-        .map(String::as_str)
-        .filter(|e| parse_alarm(e).is_none())
-        .collect();
-    if !errors.is_empty() {
-        return Some(errors.join("; "));
-    }
-    if s.leader == 0 {
-        return Some("etcdserver: no leader".to_string());
-    }
-    None
-}
-
-/// Fills in `member` from its endpoint's report.
-fn apply(member: &mut Member, url: &str, report: Report) {
-    let status = match report.status {
-        Ok(s) => s,
-        Err(e) => {
-            member.health = Health::Unhealthy(e);
-            return;
-        }
-    };
-    if status.answered_by != 0 && status.answered_by != member.id.0 {
-        member.health = Health::Unhealthy(format!(
-            "{url} is served by member {}, not by {}",
-            MemberId(status.answered_by),
-            member.id
-        ));
-        return;
-    }
-    member.is_leader = status.leader == member.id.0;
-    member.version = Some(status.version.clone()).filter(|v| !v.is_empty());
-    member.db_size = u64::try_from(status.db_size).ok();
-    member.raft_term = Some(status.raft_term);
-    member.raft_index = Some(status.raft_index);
-    // The member list is the authority on learners; a status saying so too changes nothing.
-    member.is_learner |= status.is_learner;
-    member.health = if let Some(why) = judge_status(&status) {
-        Health::Unhealthy(why)
-    } else if member.is_learner {
-        Health::Healthy
-    } else {
-        match report.health {
-            Some(Ok(())) => Health::Healthy,
-            Some(Err(e)) => Health::Unhealthy(format!("linearizable read failed: {e}")),
-            None => Health::Unknown,
-        }
-    };
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn status(leader: u64, errors: &[&str]) -> Status {
-        Status {
-            answered_by: 7,
-            leader,
-            version: "3.4.23".into(),
-            db_size: 24576,
-            raft_term: 2,
-            raft_index: 28,
-            is_learner: false,
-            errors: errors.iter().map(|s| s.to_string()).collect(),
-        }
-    }
-
-    fn applied(report: Report) -> Member {
-        let mut m = Member::new(7, "m1");
-        apply(&mut m, "https://127.0.0.1:1", report);
-        m
-    }
-
-    #[test]
-    fn alarm_entries_parse_as_etcd_writes_them() {
-        assert_eq!(
-            parse_alarm("memberID:1616332077818005593 alarm:NOSPACE "),
-            Some((1616332077818005593, Alarm::NoSpace))
-        );
-        assert_eq!(
-            parse_alarm("memberID:12 alarm:CORRUPT"),
-            Some((12, Alarm::Corrupt))
-        );
-        assert_eq!(parse_alarm("etcdserver: no leader"), None);
-        assert_eq!(parse_alarm("memberID:x alarm:NOSPACE"), None);
-    }
-
-    #[test]
-    fn healthy_needs_a_leader_no_errors_and_a_read() {
-        let m = applied(Report {
-            status: Ok(status(7, &[])),
-            health: Some(Ok(())),
-        });
-        assert_eq!(m.health, Health::Healthy);
-        assert!(m.is_leader);
-        assert_eq!(m.raft_index, Some(28));
-        assert_eq!(m.version.as_deref(), Some("3.4.23"));
-
-        let m = applied(Report {
-            status: Ok(status(9, &[])),
-            health: Some(Err("no answer within 1s".into())),
-        });
-        assert_eq!(
-            m.health,
-            Health::Unhealthy("linearizable read failed: no answer within 1s".into())
-        );
-        assert!(!m.is_leader);
-    }
-
-    #[test]
-    fn status_errors_other_than_alarms_make_a_member_unhealthy() {
-        let m = applied(Report {
-            status: Ok(status(0, &["etcdserver: no leader"])),
-            health: None,
-        });
-        assert_eq!(m.health, Health::Unhealthy("etcdserver: no leader".into()));
-        let m = applied(Report {
-            status: Ok(status(0, &[])),
-            health: None,
-        });
-        assert_eq!(m.health, Health::Unhealthy("etcdserver: no leader".into()));
-        // Another member's alarm, repeated in this member's status, is not this member's fault.
-        let m = applied(Report {
-            status: Ok(status(9, &["memberID:5 alarm:NOSPACE "])),
-            health: Some(Ok(())),
-        });
-        assert_eq!(m.health, Health::Healthy);
-    }
-
-    #[test]
-    fn alarms_attach_once_to_the_member_they_name() {
-        let mut members = vec![Member::new(5, "m1"), Member::new(7, "m2")];
-        let mut warnings = Vec::new();
-        attach_alarms(
-            &mut members,
-            [
-                (7, Alarm::NoSpace),
-                (7, Alarm::NoSpace),
-                (9, Alarm::Corrupt),
-                (9, Alarm::Corrupt),
-            ],
-            &mut warnings,
-        );
-        assert!(members[0].alarms.is_empty());
-        assert_eq!(members[1].alarms, [Alarm::NoSpace]);
-        assert_eq!(
-            warnings,
-            ["alarm CORRUPT names member 9, not in the member list"]
-        );
-    }
-
-    #[test]
-    fn learners_are_judged_by_status() {
-        let mut m = Member::new(7, "m4");
-        m.is_learner = true;
-        apply(
-            &mut m,
-            "u",
-            Report {
-                status: Ok(status(9, &[])),
-                health: None,
-            },
-        );
-        assert_eq!(m.health, Health::Healthy);
-    }
-
-    #[test]
-    fn an_endpoint_answered_by_another_member_is_not_that_member() {
-        let mut s = status(9, &[]);
-        s.answered_by = 8;
-        let m = applied(Report {
-            status: Ok(s),
-            health: Some(Ok(())),
-        });
-        assert_eq!(
-            m.health,
-            Health::Unhealthy("https://127.0.0.1:1 is served by member 8, not by 7".into())
-        );
-    }
 
     #[test]
     fn errors_name_every_endpoint() {
@@ -990,11 +434,5 @@ mod tests {
             "no etcd endpoint answered the member list (all members down, quorum lost, or TLS \
              refused): https://a:2379: no answer within 1s; https://b:2379: not asked: no time left"
         );
-    }
-
-    #[test]
-    fn tls_material_is_checked_before_connecting() {
-        let err = ClientTls::new("", "x", "y").unwrap_err();
-        assert_eq!(err.to_string(), "etcd CA certificate: no PEM block");
     }
 }

@@ -15,6 +15,14 @@
 //! Only the holder of the Lease writes ([`Leadership`]); the check is made right before each
 //! write, and each write is bounded by the end of leadership. A replica taking over forgets its
 //! fingerprints, so it reads and re-publishes every KCP.
+//!
+//! The parts: `document` (our conditions in the KCP's status document), `fingerprint` (what was
+//! published, without what moves on every probe) and `enricher` (the enricher's loop, [`enrich`],
+//! and the metrics' [`figures`]); [`Publisher`] and its read-merge-write are here.
+
+mod document;
+mod enricher;
+mod fingerprint;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,12 +35,14 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
 
 use super::conditions::{conditions, lacks_room, merge};
-use super::metrics::{ClusterFigures, EnricherMetrics, WriteResult};
-use crate::engine::quorum::Tally;
-use crate::engine::{ControlPlane, EtcdState, Policy};
-use crate::etcd::sweep::{Probers, SweepConfig, sweep_once};
+use super::metrics::{EnricherMetrics, WriteResult};
+use crate::engine::Policy;
 use crate::lease::Leadership;
 use crate::state::{ClusterState, Key, Kind, Lookup, watch::api_resource};
+use document::{existing_conditions, set_conditions};
+use fingerprint::fingerprint;
+
+pub use enricher::{enrich, figures};
 
 /// How the writer behaves.
 #[derive(Clone, Debug)]
@@ -394,292 +404,5 @@ impl Publisher {
                 name: name.into(),
                 after: self.cfg.request_timeout,
             })
-    }
-}
-
-/// `status.conditions` of a KCP as read; absent means none. Anything else that does not parse is
-/// an error: a writer that cannot read the list must not replace it.
-fn existing_conditions(data: &serde_json::Value) -> Result<Vec<Condition>, String> {
-    match data.get("status").and_then(|s| s.get("conditions")) {
-        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
-        Some(v) => serde_json::from_value(v.clone()).map_err(|e| e.to_string()),
-    }
-}
-
-fn set_conditions(data: &mut serde_json::Value, merged: &[Condition]) {
-    let conditions = serde_json::to_value(merged).unwrap_or_default();
-    match data.get_mut("status").and_then(|s| s.as_object_mut()) {
-        Some(status) => {
-            status.insert("conditions".into(), conditions);
-        }
-        None => {
-            if let Some(obj) = data.as_object_mut() {
-                obj.insert(
-                    "status".into(),
-                    serde_json::json!({ "conditions": conditions }),
-                );
-            }
-        }
-    }
-}
-
-/// What would be published at `now_unix`, minus the figures that move on every probe (raft
-/// index, DB size) and the transition time. The time counts: a Machine without a member is
-/// joining while it is younger than `--join-grace` and broken after, and that alone changes
-/// the next action.
-fn fingerprint(
-    cp: &ControlPlane,
-    policy: &Policy,
-    generation: Option<i64>,
-    probe_error: Option<&str>,
-    now_unix: i64,
-) -> u64 {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut steady = cp.clone();
-    if let EtcdState::Observed(s) = &mut steady.etcd {
-        for m in &mut s.members {
-            m.raft_index = None;
-            m.db_size = None;
-        }
-    }
-    let mut h = DefaultHasher::new();
-    for c in conditions(&steady, policy, now_unix, generation, probe_error) {
-        (
-            c.type_,
-            c.status,
-            c.reason,
-            c.message,
-            c.observed_generation,
-        )
-            .hash(&mut h);
-    }
-    h.finish()
-}
-
-/// The figures of every probed cluster, for the metrics.
-pub fn figures(state: &ClusterState) -> Vec<ClusterFigures> {
-    let now = Instant::now();
-    state
-        .probe_targets()
-        .into_iter()
-        .map(|t| {
-            let probe_failed = state.probe_error(&t.namespace, &t.cluster).is_some();
-            let (tally, learners) = match state.control_plane(&t.namespace, &t.kcp, now) {
-                Ok(cp) => match &cp.etcd {
-                    EtcdState::Observed(s) if !probe_failed => (
-                        Some(Tally::of(&s.members, false)),
-                        s.members.iter().filter(|m| m.is_learner).count(),
-                    ),
-                    _ => (None, 0),
-                },
-                Err(_) => (None, 0),
-            };
-            ClusterFigures {
-                probe_duration: state.probe_duration(&t.namespace, &t.cluster),
-                namespace: t.namespace,
-                cluster: t.cluster,
-                probe_failed,
-                tally,
-                learners,
-            }
-        })
-        .collect()
-}
-
-/// Hands the pages of memory freed during a cycle back to the OS.
-///
-/// A cycle allocates and frees a lot in bursts (TLS handshakes and client certificates for new
-/// clusters, the status documents of every KCP it publishes); glibc keeps those pages in its
-/// arenas, so the guard's RSS stayed at the first cycle's peak. `malloc_trim` returns the free
-/// pages (madvise), which the scale bench shows as RSS at rest; it costs about a millisecond
-/// per cycle.
-fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim has no preconditions; it only releases memory malloc holds free.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-/// Sweeps that a Machine change triggers start at most this often.
-const MIN_GAP: Duration = Duration::from_secs(1);
-
-/// The status enricher: sweep, record metrics, publish (when leading), wait for the interval, a
-/// Machine appearing or going, or a change of leadership; forever. `first_sweep` is told when
-/// the first sweep after the caches synced is done (readiness waits for it).
-pub async fn enrich(
-    client: Client,
-    state: Arc<ClusterState>,
-    sweep: SweepConfig,
-    publisher: Option<Arc<Publisher>>,
-    metrics: Arc<EnricherMetrics>,
-    mut first_sweep: Option<tokio::sync::oneshot::Sender<()>>,
-) {
-    let probers = Probers::default();
-    let mut leadership = publisher.as_ref().map(|p| p.leadership().subscribe());
-    loop {
-        let started = Instant::now();
-        // Sweep and publish only once every cache has synced. Before that, a KCP seen before its
-        // Cluster would be probed without the Cluster's endpoints annotation (a failed probe),
-        // and a KCP not probed yet would be published as ProbeFailed ("no etcd probe of this
-        // cluster yet"): after a restart, that replaced the truth the KCP showed with the
-        // guard's own ignorance for a probe interval (tests/crash_safety.rs saw it).
-        let synced = state.all_synced();
-        if synced {
-            metrics.sweep_started();
-            sweep_once(&client, &state, &sweep, &probers).await;
-            if let Some(done) = first_sweep.take() {
-                let _ = done.send(());
-            }
-        }
-        let swept = started.elapsed();
-        metrics.observe_sweep(&figures(&state));
-        let mut published = None;
-        if let Some(p) = &publisher {
-            metrics.set_leader(p.leadership().is_leader());
-            let s = if synced {
-                let publish_started = Instant::now();
-                let s = p.publish_all().await;
-                published = Some(publish_started.elapsed());
-                s
-            } else {
-                Summary::default()
-            };
-            if s != Summary::default() {
-                tracing::debug!(
-                    written = s.written,
-                    unchanged = s.unchanged,
-                    conflicts = s.conflicts,
-                    errors = s.errors,
-                    "published KCP status"
-                );
-            }
-        }
-        if synced {
-            metrics.observe_cycle(swept, published);
-            release_freed_memory();
-        }
-        let rest = sweep.interval.saturating_sub(started.elapsed());
-        let woke = {
-            let leader_changed = async {
-                match leadership.as_mut() {
-                    Some(rx) => rx.changed().await.is_ok(),
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(rest) => Wake::Timer,
-                _ = state.machines_changed().notified() => Wake::Machines,
-                ok = leader_changed => if ok { Wake::Leadership } else { Wake::ElectorGone },
-            }
-        };
-        match woke {
-            Wake::Timer => {}
-            // Never later than the timer would have swept: with a probe interval under
-            // MIN_GAP, a Machine change (the caches' first sync after a restart among them)
-            // used to hold the next sweep back to MIN_GAP.
-            Wake::Machines => {
-                let gap = MIN_GAP.min(sweep.interval);
-                tokio::time::sleep(gap.saturating_sub(started.elapsed())).await;
-            }
-            // Taking over: publish at once (publish_all re-reads everything); losing: the
-            // next round skips publishing and updates the metric.
-            Wake::Leadership => {}
-            Wake::ElectorGone => leadership = None,
-        }
-    }
-}
-
-enum Wake {
-    Timer,
-    Machines,
-    Leadership,
-    ElectorGone,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::testkit::{NOW, add_machine, cp, down, healthy, members_mut};
-
-    fn print(c: &ControlPlane) -> u64 {
-        fingerprint(c, &Policy::default(), Some(1), None, NOW)
-    }
-
-    #[test]
-    fn fingerprint_ignores_what_moves_on_every_probe() {
-        let mut c = cp(3, &[("a", healthy()), ("b", healthy()), ("c", healthy())]);
-        let before = print(&c);
-        for (i, m) in members_mut(&mut c).iter_mut().enumerate() {
-            m.raft_index = Some(1000 + i as u64);
-            m.db_size = Some(1 << 20);
-        }
-        assert_eq!(
-            print(&c),
-            before,
-            "raft index and DB size alone publish nothing"
-        );
-        members_mut(&mut c)[2].health = down();
-        assert_ne!(print(&c), before, "a member going down is published");
-    }
-
-    #[test]
-    fn fingerprint_follows_generation_and_probe_errors() {
-        let c = cp(3, &[("a", healthy()), ("b", healthy()), ("c", healthy())]);
-        let p = Policy::default();
-        let base = fingerprint(&c, &p, Some(1), None, NOW);
-        assert_ne!(fingerprint(&c, &p, Some(2), None, NOW), base);
-        assert_ne!(
-            fingerprint(&c, &p, Some(1), Some("deadline exceeded"), NOW),
-            base
-        );
-    }
-
-    #[test]
-    fn fingerprint_follows_a_machine_outgrowing_the_join_grace() {
-        // A fourth Machine without a member: joining while young (WaitForJoin), broken once
-        // older than the join grace (RemediateMachine). Nothing else changes, yet the next
-        // action does: it must be published.
-        let mut c = cp(4, &[("a", healthy()), ("b", healthy()), ("c", healthy())]);
-        let i = add_machine(&mut c, "d");
-        c.machines[i].created_unix = Some(NOW - 30);
-        let p = Policy::default();
-        let young = fingerprint(&c, &p, Some(1), None, NOW);
-        assert_eq!(fingerprint(&c, &p, Some(1), None, NOW + 1), young);
-        let grace = p.join_grace.as_secs() as i64;
-        assert_ne!(
-            fingerprint(&c, &p, Some(1), None, NOW + grace),
-            young,
-            "past the join grace the next action changes"
-        );
-    }
-
-    #[test]
-    fn conditions_are_set_with_or_without_a_status() {
-        let list = [Condition {
-            type_: "quorumguard.io/EtcdQuorum".into(),
-            status: "True".into(),
-            reason: "Healthy".into(),
-            message: "m".into(),
-            observed_generation: Some(1),
-            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            ),
-        }];
-        let mut bare = serde_json::json!({"metadata": {"name": "k"}});
-        set_conditions(&mut bare, &list);
-        assert_eq!(existing_conditions(&bare).expect("parses").len(), 1);
-        let mut with = serde_json::json!({"status": {"replicas": 3, "conditions": []}});
-        set_conditions(&mut with, &list);
-        assert_eq!(
-            with["status"]["replicas"], 3,
-            "the rest of the status stays"
-        );
-        assert_eq!(existing_conditions(&with).expect("parses"), list.to_vec());
-        let broken = serde_json::json!({"status": {"conditions": {"not": "a list"}}});
-        assert!(
-            existing_conditions(&broken).is_err(),
-            "unreadable: write nothing"
-        );
     }
 }

@@ -1,0 +1,183 @@
+//! What readers ask of the caches: the control plane of a KCP for a review, the workload clusters
+//! to probe, and a few figures of the cached objects.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::{ClusterState, Key, Kind};
+use crate::capi::CapiMachine;
+use crate::engine::{Cluster, ControlPlane, EtcdState};
+
+/// One workload cluster whose etcd the prober should read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeTarget {
+    pub namespace: String,
+    pub cluster: String,
+    pub kcp: String,
+    /// The Cluster's `quorumguard.io/etcd-endpoints` annotation, if set.
+    pub endpoints_annotation: Option<String>,
+    /// The Cluster's `quorumguard.io/etcd-transport` annotation, if set (not yet parsed).
+    pub transport_annotation: Option<String>,
+    /// InternalIPs of its control-plane Machines.
+    pub internal_ips: Vec<String>,
+    /// Node names (`status.nodeRef.name`) of its control-plane Machines, sorted: the port-forward
+    /// transport asks pods `kube-system/etcd-<node>` for the member list.
+    pub node_names: Vec<String>,
+}
+
+/// Why no control plane could be built for a review.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The caches have not completed their first list: nothing can be said.
+    NotSynced,
+    /// Synced, and no such KubeadmControlPlane exists.
+    NoSuchKcp,
+}
+
+impl ClusterState {
+    /// `spec.replicas` of KCP `namespace/name` as cached.
+    pub fn kcp_replicas(&self, namespace: &str, name: &str) -> Option<u32> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        idx.kcps
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|k| k.kcp.replicas)
+    }
+
+    /// `metadata.generation` of KCP `namespace/name` as cached.
+    pub fn kcp_generation(&self, namespace: &str, name: &str) -> Option<i64> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        idx.kcps
+            .get(&(namespace.to_string(), name.to_string()))
+            .and_then(|k| k.generation)
+    }
+
+    /// The control plane of KCP `namespace/name` as the caches and the latest probe see it.
+    pub fn control_plane(
+        &self,
+        namespace: &str,
+        kcp: &str,
+        now: Instant,
+    ) -> Result<ControlPlane, Lookup> {
+        let key = (namespace.to_string(), kcp.to_string());
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        let Some(k) = idx.kcps.get(&key) else {
+            return Err(if self.all_synced() {
+                Lookup::NoSuchKcp
+            } else {
+                Lookup::NotSynced
+            });
+        };
+        let machines: Vec<_> = idx
+            .by_kcp
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| idx.machines.get(&(namespace.to_string(), m.clone())))
+            .map(|m| m.machine.clone())
+            .collect();
+        let cluster_name = idx.cluster_of(&key, k);
+        let cluster = match &cluster_name {
+            Some(name) => idx
+                .clusters
+                .get(&(namespace.to_string(), name.clone()))
+                .map(|c| c.cluster.clone())
+                .unwrap_or(Cluster {
+                    name: name.clone(),
+                    deleting: false,
+                }),
+            None => Cluster {
+                name: "(unknown)".into(),
+                deleting: false,
+            },
+        };
+        let kcp_model = k.kcp.clone();
+        drop(idx);
+        let etcd = match &cluster_name {
+            Some(c) => self.etcd_state(namespace, c, now),
+            None => EtcdState::Unknown {
+                reason: "the KubeadmControlPlane names no Cluster".into(),
+            },
+        };
+        Ok(ControlPlane {
+            cluster,
+            kcp: kcp_model,
+            machines,
+            etcd,
+        })
+    }
+
+    /// What the etcd prober needs for each cluster with stacked etcd: one entry per Cluster,
+    /// with its etcd annotations and the InternalIPs and node names of its control-plane
+    /// Machines.
+    pub fn probe_targets(&self) -> Vec<ProbeTarget> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        let mut out: BTreeMap<Key, ProbeTarget> = BTreeMap::new();
+        for (key, k) in &idx.kcps {
+            if k.kcp.etcd != crate::engine::EtcdTopology::Stacked {
+                continue;
+            }
+            let machines: Vec<&CapiMachine> = idx
+                .by_kcp
+                .get(key)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| idx.machines.get(&(key.0.clone(), m.clone())))
+                .collect();
+            let Some(cluster) = idx.cluster_of(key, k) else {
+                continue;
+            };
+            let ckey = (key.0.clone(), cluster.clone());
+            let capi_cluster = idx.clusters.get(&ckey);
+            let annotation = capi_cluster.and_then(|c| c.etcd_endpoints.clone());
+            let transport_annotation = capi_cluster.and_then(|c| c.etcd_transport.clone());
+            let mut ips: Vec<String> = machines
+                .iter()
+                .flat_map(|m| m.internal_ips.iter().cloned())
+                .collect();
+            ips.sort();
+            ips.dedup();
+            let mut nodes: Vec<String> = machines
+                .iter()
+                .filter_map(|m| m.machine.node_name.clone())
+                .collect();
+            nodes.sort();
+            nodes.dedup();
+            out.entry(ckey).or_insert(ProbeTarget {
+                namespace: key.0.clone(),
+                cluster,
+                kcp: key.1.clone(),
+                endpoints_annotation: annotation,
+                transport_annotation,
+                internal_ips: ips,
+                node_names: nodes,
+            });
+        }
+        out.into_values().collect()
+    }
+
+    /// Every KCP the caches hold, as `(namespace, name)`.
+    pub fn kcps(&self) -> Vec<Key> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<Key> = idx.kcps.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Whether a Machine is in the cache, and whether it shows a deletionTimestamp.
+    pub fn machine_deleting(&self, namespace: &str, name: &str) -> Option<bool> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        idx.machines
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|m| m.machine.deleting)
+    }
+
+    /// Counts of cached objects by kind, for logs and metrics.
+    pub fn counts(&self) -> BTreeMap<&'static str, usize> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        BTreeMap::from([
+            (Kind::Cluster.as_str(), idx.clusters.len()),
+            (Kind::Kcp.as_str(), idx.kcps.len()),
+            (Kind::Machine.as_str(), idx.machines.len()),
+        ])
+    }
+}
