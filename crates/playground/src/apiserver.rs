@@ -61,7 +61,24 @@
 //!   dispatched on it); unknown query parameters are ignored.
 //! - No protobuf, no table output, no server-side pagination limits, no rate limiting (unless
 //!   injected), no HTTP/2, no exec/attach/logs; pods exist only as port-forward targets.
+//!
+//! The parts, one file each under `apiserver/`:
+//! - `http.rs`: routing and the REST verbs.
+//! - `writes.rs`: the writing verbs, each with the admission hook before it is applied.
+//! - `watch.rs`: watch streams.
+//! - `store.rs`: the objects, the resourceVersion counter, the change history and the open
+//!   watches.
+//! - `rules.rs`: the write rules of the generic registry and of CRDs with subresources.
+//! - `select.rs`: label and field selectors.
+//! - `status.rs`: `Status` failure objects.
+//! - `resources.rs`: the resource types served and their discovery documents.
+//! - `portforward.rs`: port-forward to pods.
+//! - `admission.rs`: the admission hook: what it sees, what it answers, and how its answer
+//!   reaches the client.
+//! - `faults.rs`: the failures, delays and latency a test injects.
 
+mod admission;
+mod faults;
 mod http;
 mod portforward;
 mod resources;
@@ -79,89 +96,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
+use admission::Hook;
+pub use admission::{AdmissionAttempt, AdmissionVerdict, Operation};
+use faults::Fault;
 pub use resources::{ResourceDef, ScaleDef, default_resources};
 use rules::meta_str;
-use status::ApiError;
 use store::{Key, Store};
-
-/// The operation an admission hook is asked about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Operation {
-    Create,
-    Update,
-    Delete,
-}
-
-/// What an admission hook sees: like an AdmissionReview request.
-#[derive(Clone, Debug)]
-pub struct AdmissionAttempt {
-    pub operation: Operation,
-    pub group: String,
-    pub version: String,
-    /// The plural resource name, e.g. `machines`.
-    pub resource: String,
-    /// The kind of `object`: the resource's kind, or `Scale` for the `/scale` subresource.
-    pub kind: String,
-    pub sub_resource: Option<String>,
-    pub namespace: Option<String>,
-    pub name: String,
-    /// The object after the change (None for DELETE).
-    pub object: Option<Value>,
-    /// The object before the change (None for CREATE).
-    pub old_object: Option<Value>,
-    /// The `Impersonate-User` header, or `system:anonymous`.
-    pub user: String,
-    pub dry_run: bool,
-    /// The request's options as kube-apiserver hands them to admission (`apiVersion`
-    /// `meta.k8s.io/v1`): for DELETE the DeleteOptions body (or, without a body, the query's
-    /// `dryRun`, `gracePeriodSeconds`, `propagationPolicy`, `orphanDependents`); for CREATE and
-    /// UPDATE (incl. PATCH) CreateOptions/UpdateOptions from the query's `dryRun`,
-    /// `fieldManager` and `fieldValidation`.
-    pub options: Option<Value>,
-}
-
-/// An admission hook's answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AdmissionVerdict {
-    Allow,
-    /// Allow, and send each text to the client as a `Warning: 299 - "<text>"` header (once per
-    /// text, as kube-apiserver deduplicates them).
-    AllowWithWarnings(Vec<String>),
-    /// Refuse: answered like a webhook denial (`admission webhook "<hook>" denied the request:
-    /// <message>`), with `code` (403 when below 400) and `reason` (may be empty).
-    Deny {
-        code: u16,
-        reason: String,
-        message: String,
-    },
-    /// Refuse with exactly this Status (no prefix added: the hook formats the message, as a
-    /// webhook dispatcher serving several webhooks must), and send `warnings` too. `code` below
-    /// 400 becomes 403; an empty `reason` is left out, as Go's `omitempty` does.
-    Reject {
-        code: u16,
-        reason: String,
-        message: String,
-        /// The Status `details`, if any.
-        details: Option<Value>,
-        warnings: Vec<String>,
-    },
-}
-
-impl AdmissionVerdict {
-    pub fn deny(message: impl Into<String>) -> Self {
-        Self::Deny {
-            code: 403,
-            reason: String::new(),
-            message: message.into(),
-        }
-    }
-}
-
-type Hook = Arc<dyn Fn(AdmissionAttempt) -> BoxFuture<'static, AdmissionVerdict> + Send + Sync>;
 
 /// One request as received.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,30 +115,6 @@ pub struct RequestRecord {
     pub query: String,
     /// The `Impersonate-User` header, else `system:anonymous` (see [`ApiServer::kubeconfig_as`]).
     pub user: String,
-}
-
-#[derive(Clone, Debug)]
-enum FaultAction {
-    Fail(u16),
-    Delay(Duration),
-}
-
-#[derive(Clone, Debug)]
-struct Fault {
-    verb: Option<String>,
-    path: String,
-    remaining: usize,
-    action: FaultAction,
-}
-
-impl Fault {
-    fn matches(&self, verb: &str, path: &str) -> bool {
-        let path_ok = match self.path.strip_suffix('*') {
-            Some(prefix) => path.starts_with(prefix),
-            None => self.path == path,
-        };
-        path_ok && self.verb.as_deref().is_none_or(|v| v == verb)
-    }
 }
 
 /// State shared by the handle and the request handlers.
@@ -244,70 +163,6 @@ impl Shared {
             user: user.into(),
         };
         lock(&self.requests).push(record);
-    }
-
-    /// The delay to add to this request and the failure code to answer, if any; uses up one
-    /// count of every matching fault.
-    fn take_faults(&self, verb: &str, path: &str) -> (Duration, Option<u16>) {
-        let mut delay = *lock(&self.latency);
-        let mut fail = None;
-        let mut faults = lock(&self.faults);
-        for fault in faults
-            .iter_mut()
-            .filter(|f| f.remaining > 0 && f.matches(verb, path))
-        {
-            match fault.action {
-                FaultAction::Delay(d) => delay += d,
-                FaultAction::Fail(_) if fail.is_some() => continue,
-                FaultAction::Fail(code) => fail = Some(code),
-            }
-            fault.remaining -= 1;
-        }
-        faults.retain(|f| f.remaining > 0);
-        (delay, fail)
-    }
-
-    /// Runs the admission hook: the warnings for the client (whatever the outcome), and whether
-    /// the request may go on.
-    async fn admit(&self, attempt: AdmissionAttempt) -> (Vec<String>, Result<(), ApiError>) {
-        let hook = lock(&self.hook).clone();
-        let Some((name, hook)) = hook else {
-            return (Vec::new(), Ok(()));
-        };
-        let status = |code: u16, reason: &str, message: String, details: Option<Value>| {
-            let code = if code < 400 { 403 } else { code };
-            let mut err = ApiError::new(code, reason, message, details);
-            if reason.is_empty()
-                && let Some(map) = err.body.as_object_mut()
-            {
-                map.remove("reason");
-            }
-            err
-        };
-        match hook(attempt).await {
-            AdmissionVerdict::Allow => (Vec::new(), Ok(())),
-            AdmissionVerdict::AllowWithWarnings(warnings) => (warnings, Ok(())),
-            AdmissionVerdict::Deny {
-                code,
-                reason,
-                message,
-            } => {
-                let denied = format!("admission webhook \"{name}\" denied the request");
-                let message = if message.is_empty() {
-                    format!("{denied} without explanation")
-                } else {
-                    format!("{denied}: {message}")
-                };
-                (Vec::new(), Err(status(code, &reason, message, None)))
-            }
-            AdmissionVerdict::Reject {
-                code,
-                reason,
-                message,
-                details,
-                warnings,
-            } => (warnings, Err(status(code, &reason, message, details))),
-        }
     }
 }
 
@@ -516,38 +371,6 @@ impl ApiServer {
         self.shared.store().compact();
     }
 
-    /// The next `times` requests with this verb (any when `None`) and path answer `code` with
-    /// a Status shaped like the real failure. A path ending in `*` is a prefix.
-    pub fn fail_next(&self, verb: Option<&str>, path: &str, times: usize, code: u16) {
-        self.add_fault(verb, path, times, FaultAction::Fail(code));
-    }
-
-    /// The next `times` matching requests wait `delay` before being handled.
-    pub fn delay_next(&self, verb: Option<&str>, path: &str, times: usize, delay: Duration) {
-        self.add_fault(verb, path, times, FaultAction::Delay(delay));
-    }
-
-    fn add_fault(&self, verb: Option<&str>, path: &str, remaining: usize, action: FaultAction) {
-        let fault = Fault {
-            verb: verb.map(str::to_string),
-            path: path.to_string(),
-            remaining,
-            action,
-        };
-        lock(&self.shared.faults).push(fault);
-    }
-
-    /// Ends every fault added with [`Self::fail_next`] or [`Self::delay_next`] that has not run
-    /// out: a test's outage ends when it says so, not when a count is used up.
-    pub fn clear_faults(&self) {
-        lock(&self.shared.faults).clear();
-    }
-
-    /// Latency added to every request from now on.
-    pub fn set_latency(&self, latency: Duration) {
-        *lock(&self.shared.latency) = latency;
-    }
-
     /// How often open watches that allow bookmarks get one (default 60 s, like the real server).
     pub fn set_bookmark_interval(&self, every: Duration) {
         *lock(&self.shared.bookmark_every) = every;
@@ -574,33 +397,6 @@ impl ApiServer {
             .iter()
             .filter(|r| r.verb == verb && r.path == path)
             .count()
-    }
-
-    /// Calls `hook` on every CREATE, UPDATE (incl. subresources) and DELETE before it is
-    /// applied; a [`AdmissionVerdict::Deny`] is answered as webhook `name` denying it. Replaces
-    /// an earlier hook.
-    pub fn set_admission_hook(
-        &self,
-        name: &str,
-        hook: impl Fn(&AdmissionAttempt) -> AdmissionVerdict + Send + Sync + 'static,
-    ) {
-        self.set_admission_hook_async(name, move |attempt| {
-            let verdict = hook(&attempt);
-            Box::pin(async move { verdict })
-        });
-    }
-
-    /// Like [`Self::set_admission_hook`] for a hook that awaits (e.g. calls a webhook).
-    pub fn set_admission_hook_async(
-        &self,
-        name: &str,
-        hook: impl Fn(AdmissionAttempt) -> BoxFuture<'static, AdmissionVerdict> + Send + Sync + 'static,
-    ) {
-        *lock(&self.shared.hook) = Some((name.to_string(), Arc::new(hook)));
-    }
-
-    pub fn clear_admission_hook(&self) {
-        *lock(&self.shared.hook) = None;
     }
 
     /// Port-forwards to pod `namespace/name` are relayed to `addr` (whatever port is asked: a

@@ -1,0 +1,99 @@
+//! The etcd cluster under the world: operations on it, what it lists now, and the Cluster's
+//! endpoints annotation kept current with its members.
+
+use std::sync::{Arc, PoisonError};
+
+use serde_json::json;
+
+use super::{CLUSTER, NAMESPACE, World, WorldError};
+use crate::apiserver::{ApiServer, cluster_resource};
+use crate::etcd::{EtcdCluster, EtcdError};
+use quorumguard_guard::etcd::endpoints::ETCD_ENDPOINTS_ANNOTATION;
+
+impl World {
+    /// The etcd client URLs the playground keeps in the Cluster's endpoints annotation.
+    pub fn etcd_endpoints(&self) -> Vec<String> {
+        self.api
+            .get(&cluster_resource(), NAMESPACE, CLUSTER)
+            .and_then(|c| {
+                c["metadata"]["annotations"][ETCD_ENDPOINTS_ANNOTATION]
+                    .as_str()
+                    .map(|s| s.split(',').map(str::to_string).collect())
+            })
+            .unwrap_or_default()
+    }
+
+    /// Runs `f` on the etcd cluster on a blocking thread (etcd operations wait on processes).
+    pub async fn etcd<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut EtcdCluster) -> T + Send + 'static,
+    ) -> Result<T, WorldError> {
+        let etcd = Arc::clone(&self.etcd);
+        tokio::task::spawn_blocking(move || {
+            let mut etcd = etcd.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&mut etcd)
+        })
+        .await
+        .map_err(|e| WorldError::Join(e.to_string()))
+    }
+
+    /// Points the Cluster's endpoints annotation at the members etcd lists now (standing in for
+    /// the Machines' addresses, see the module doc).
+    pub async fn refresh_endpoints(&self) -> Result<(), WorldError> {
+        let urls = self
+            .etcd(|e| -> Result<Vec<String>, EtcdError> {
+                let listed = e.member_list()?;
+                Ok(listed
+                    .iter()
+                    .filter_map(|m| e.index_of(&m.name).and_then(|i| e.client_url(i)))
+                    .collect())
+            })
+            .await??;
+        if urls.is_empty() {
+            return Ok(());
+        }
+        set_endpoints(&self.api, &urls.join(","))
+    }
+
+    /// The member list etcd reports now, as `name (learner)` / `(unstarted)`, and which
+    /// processes are frozen or stopped: what `etcdctl member list` says, for the timeline.
+    pub async fn etcd_says(&self) -> Result<String, WorldError> {
+        self.etcd(|e| -> Result<String, EtcdError> {
+            let listed = e.member_list()?;
+            let mut parts = Vec::new();
+            for m in &listed {
+                let mut s = if m.name.is_empty() {
+                    format!("{:x} (added, not started)", m.id)
+                } else {
+                    m.name.clone()
+                };
+                if m.learner {
+                    s.push_str(" (learner)");
+                }
+                if let Some(i) = e.index_of(&m.name) {
+                    if e.is_frozen(i) {
+                        s.push_str(" (frozen: SIGSTOP)");
+                    } else if !e.is_running(i) {
+                        s.push_str(" (process down)");
+                    }
+                }
+                parts.push(s);
+            }
+            Ok(format!("{} members: {}", listed.len(), parts.join(", ")))
+        })
+        .await?
+        .map_err(WorldError::Etcd)
+    }
+}
+
+fn set_endpoints(api: &ApiServer, urls: &str) -> Result<(), WorldError> {
+    let urls = urls.to_string();
+    api.modify(&cluster_resource(), NAMESPACE, CLUSTER, move |c| {
+        c["metadata"]["annotations"][ETCD_ENDPOINTS_ANNOTATION] = json!(urls);
+    })
+    .map(|_| ())
+    .map_err(|source| WorldError::Store {
+        what: format!("Cluster {NAMESPACE}/{CLUSTER}"),
+        source,
+    })
+}

@@ -1,0 +1,165 @@
+//! The Cluster API objects of the world as the playground makes them: the seeded Cluster, KCP,
+//! control-plane Machines and etcd CA Secret, and a new Machine as KCP creates it.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use serde_json::{Value, json};
+
+use super::{
+    CLUSTER, KCP, KCP_PRE_TERMINATE_HOOK, MACHINE_FINALIZER, NAMESPACE, OLD_VERSION, WorldError,
+};
+use crate::apiserver::{ApiServer, kcp_resource};
+use crate::etcd::EtcdCluster;
+use quorumguard_guard::etcd::endpoints::{ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION};
+
+fn store(api: &ApiServer, what: &str, object: Value) -> Result<(), WorldError> {
+    api.insert(object)
+        .map(|_| ())
+        .map_err(|source| WorldError::Store {
+            what: what.to_string(),
+            source,
+        })
+}
+
+/// How long ago the seeded objects were created: the control plane has been running for months,
+/// so its Machines are not mistaken for ones still joining (quorumguard gives a Machine without
+/// a member `--join-grace` before calling it broken).
+const SEEDED_AGE_SECS: i64 = 90 * 24 * 3600;
+
+/// Seeds the Cluster, the KCP, one Machine per member and the etcd CA Secret.
+pub(super) fn seed(
+    api: &ApiServer,
+    etcd: &EtcdCluster,
+    names: &[String],
+) -> Result<(), WorldError> {
+    let created = k8s_openapi::jiff::Timestamp::from_second(crate::unix_now() - SEEDED_AGE_SECS)
+        .map(|t| t.to_string())
+        .map_err(|e| WorldError::Other(format!("a creation time: {e}")))?;
+    let cluster = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "metadata": {
+            "name": CLUSTER,
+            "namespace": NAMESPACE,
+            "creationTimestamp": created,
+            "annotations": {
+                ETCD_TRANSPORT_ANNOTATION: "direct",
+                ETCD_ENDPOINTS_ANNOTATION: etcd.endpoints().join(","),
+            },
+        },
+        "spec": {
+            "controlPlaneRef": {
+                "apiGroup": "controlplane.cluster.x-k8s.io",
+                "kind": "KubeadmControlPlane",
+                "name": KCP,
+            },
+            "infrastructureRef": {
+                "apiGroup": "infrastructure.cluster.x-k8s.io",
+                "kind": "DevCluster",
+                "name": CLUSTER,
+            },
+        },
+    });
+    store(api, &format!("Cluster {NAMESPACE}/{CLUSTER}"), cluster)?;
+    let kcp = json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
+        "kind": "KubeadmControlPlane",
+        "metadata": {
+            "name": KCP,
+            "namespace": NAMESPACE,
+            "creationTimestamp": created,
+            "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER},
+            "generation": 1,
+        },
+        "spec": {
+            "replicas": 3,
+            "version": OLD_VERSION,
+            "kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"local": {"dataDir": "/var/lib/etcd"}}}},
+            "machineTemplate": {"spec": {"infrastructureRef": {
+                "apiGroup": "infrastructure.cluster.x-k8s.io",
+                "kind": "DevMachineTemplate",
+                "name": KCP,
+            }}},
+            "rollout": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}},
+        },
+    });
+    store(api, &format!("KubeadmControlPlane {NAMESPACE}/{KCP}"), kcp)?;
+    let kcp_uid = kcp_uid(api);
+    for name in names {
+        let mut machine = machine_object(name, OLD_VERSION, &kcp_uid);
+        machine["metadata"]["creationTimestamp"] = json!(created);
+        machine["status"] = json!({"nodeRef": {"name": name}, "phase": "Running"});
+        store(api, &format!("Machine {NAMESPACE}/{name}"), machine)?;
+    }
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{CLUSTER}-etcd")),
+            namespace: Some(NAMESPACE.into()),
+            labels: Some(
+                [(
+                    "cluster.x-k8s.io/cluster-name".to_string(),
+                    CLUSTER.to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(
+            [
+                ("tls.crt", &etcd.pki.ca_cert_pem),
+                ("tls.key", &etcd.pki.ca_key_pem),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+            .collect(),
+        ),
+        ..Default::default()
+    };
+    let secret = serde_json::to_value(&secret).map_err(|e| WorldError::Other(e.to_string()))?;
+    store(api, &format!("Secret {NAMESPACE}/{CLUSTER}-etcd"), secret)
+}
+
+/// The stored KCP's uid, for the Machines' owner reference.
+pub(super) fn kcp_uid(api: &ApiServer) -> String {
+    api.get(&kcp_resource(), NAMESPACE, KCP)
+        .and_then(|k| k["metadata"]["uid"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// A control-plane Machine of the KCP, as KCP creates it (no status).
+pub(super) fn machine_object(name: &str, version: &str, kcp_uid: &str) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Machine",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {
+                "cluster.x-k8s.io/cluster-name": CLUSTER,
+                "cluster.x-k8s.io/control-plane": "",
+                "cluster.x-k8s.io/control-plane-name": KCP,
+            },
+            "annotations": {KCP_PRE_TERMINATE_HOOK: ""},
+            "finalizers": [MACHINE_FINALIZER],
+            "ownerReferences": [{
+                "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
+                "kind": "KubeadmControlPlane",
+                "name": KCP,
+                "uid": kcp_uid,
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": {
+            "clusterName": CLUSTER,
+            "version": version,
+            "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+            "infrastructureRef": {
+                "apiGroup": "infrastructure.cluster.x-k8s.io",
+                "kind": "DevMachine",
+                "name": name,
+            },
+        },
+    })
+}
