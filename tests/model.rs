@@ -7,7 +7,8 @@
 //! what each bound leaves out: docs/rules.md, "Model-checked".
 //!
 //! `cargo test --test model -- --nocapture` prints the figures; a larger run:
-//! `QG_MODEL=big cargo test --release --test model -- --ignored --nocapture`.
+//! `QG_MODEL=big cargo test --test model big_bounds -- --ignored --nocapture`; any bounds:
+//! `QG_MODEL_BOUNDS=person=2 cargo test --test model qg_model_bounds -- --ignored --nocapture`.
 
 #[path = "model/check.rs"]
 mod check;
@@ -151,7 +152,7 @@ fn big() -> Bounds {
     }
 }
 
-/// `QG_MODEL=big cargo test --release --test model -- --ignored --nocapture`.
+/// `QG_MODEL=big cargo test --test model big_bounds -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn the_guard_keeps_every_property_within_the_big_bounds() {
@@ -202,7 +203,13 @@ fn bounds_from_env() -> Bounds {
 #[test]
 #[ignore]
 fn the_guard_keeps_every_property_within_the_bounds_in_qg_model_bounds() {
-    check_all("env", config(bounds_from_env(), Bugs::default()));
+    // With QG_MODEL_NO_PREFLIGHT set, KCP adds members without its health preflight: a known
+    // limit of the rules shows (docs/rules.md, "Model-checked").
+    let bugs = Bugs {
+        kcp_skips_preflight: std::env::var_os("QG_MODEL_NO_PREFLIGHT").is_some(),
+        ..Bugs::default()
+    };
+    check_all("env", config(bounds_from_env(), bugs));
 }
 
 /// An engine rule bypassed: the PendingDeletions rule never sees the other deletions.
@@ -270,7 +277,7 @@ fn known_limit_a_removed_member_counts_until_its_removal_is_confirmed() {
 }
 
 /// What the reservations close is not reached here (docs/rules.md, "Model-checked"): without
-/// them, every property still holds within the CI bounds (about 1.3 million states, 30 s).
+/// them, every property still holds within the CI bounds (about 1.2 million states, 23 s).
 #[test]
 #[ignore]
 fn without_reservations_no_counterexample_within_the_ci_bounds() {

@@ -286,6 +286,11 @@ impl Config {
                 say.line(|| format!("etcd elects {} leader", name(leader)));
             }
             Action::GraceExpires => {
+                // Ten minutes are sixty probe intervals: the record has caught up with etcd's
+                // member list by then (unless the probes fail).
+                if !n.probe_failed && (n.unprobed > 0 || n.unconfirmed_membership()) {
+                    return None;
+                }
                 for m in n
                     .machines
                     .iter_mut()
@@ -360,8 +365,16 @@ impl Config {
         // reconcile (as KCP does when remediation is not safe: it continues with the other
         // operations).
         let mut reviewed = false;
-        if let Some(m) = n.machines.iter().find(|m| m.remediate) {
-            let slot = m.slot;
+        // A Machine whose member is truly down or missing first (KCP remediates what its
+        // health checks find unhealthy), then the others annotated.
+        let sick = |m: &Mach| !n.member(m.slot).is_some_and(|x| x.started && x.up);
+        let first = n
+            .machines
+            .iter()
+            .filter(|m| m.remediate)
+            .min_by_key(|m| (!sick(m), m.slot))
+            .map(|m| m.slot);
+        if let Some(slot) = first {
             say.line(|| format!("KCP remediates Machine {}: deletes it", name(slot)));
             match self.review_deletion(n, slot, Who::Kcp, true, say) {
                 Some(true) => return Some(()),
