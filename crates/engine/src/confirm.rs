@@ -77,7 +77,10 @@ impl Confirmation {
 }
 
 /// What one cluster's probes have established so far. Empty before the first probe.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// `Hash`, and [`Belief::rebase`], let a model checker keep beliefs in the states it explores
+/// (tests/model.rs).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Belief {
     /// The member IDs of the record (`None` before the first probe).
     ids: Option<BTreeSet<MemberId>>,
@@ -103,6 +106,22 @@ pub struct Judged {
 }
 
 impl Belief {
+    /// Moves every time this belief holds `by` earlier, stopping at zero: judging the result at
+    /// `at` is judging this belief at `at + by`, except that whatever was older than `at` then
+    /// counts as exactly `at` old. Once `at` is at least [`Confirmation::window`], no judgement
+    /// tells those apart, so a caller can judge every probe at the same `at`, rebasing by the
+    /// time between probes first, and keep a belief whose times stay bounded.
+    pub fn rebase(&mut self, by: Duration) {
+        let back = |t: &mut Duration| *t = t.saturating_sub(by);
+        if let Some((_, since)) = &mut self.new_ids {
+            back(since);
+        }
+        self.suspects.values_mut().for_each(back);
+        if let Some(since) = &mut self.leaderless_since {
+            back(since);
+        }
+    }
+
     /// Judges a successful probe taken at `at` against what earlier probes established, and
     /// updates the belief.
     pub fn judge(&mut self, mut probe: Vec<Member>, at: Duration, c: &Confirmation) -> Judged {
@@ -413,6 +432,36 @@ mod tests {
         );
         // The learner's failure is a finding for the worse like any other; unknown is unknown.
         assert_eq!(healths(&j), ["up", "unknown", "unconfirmed"]);
+    }
+
+    #[test]
+    fn a_rebased_belief_judges_as_the_original_at_the_later_time() {
+        // The same probes judged on a real clock, and on a clock that stays at `at` with the
+        // belief rebased by the time between probes, give the same records.
+        let at = c().window() + ET;
+        let probes: Vec<(f64, Vec<Member>)> = vec![
+            (0.0, vec![up(1, true), up(2, false), up(3, false)]),
+            (10.0, vec![up(1, true), up(2, false), silent(3)]),
+            (10.5, vec![leaderless(1), leaderless(2), silent(3)]),
+            (11.5, vec![leaderless(1), leaderless(2), silent(3)]),
+            (13.0, vec![leaderless(1), leaderless(2)]),
+            (14.0, vec![leaderless(1), leaderless(2)]),
+            (17.0, vec![leaderless(1), leaderless(2)]),
+            (18.0, vec![up(1, true), leaderless(2)]),
+        ];
+        let (mut real, mut rebased) = (Belief::default(), Belief::default());
+        let mut last = 0.0;
+        for (t, probe) in probes {
+            rebased.rebase(s(t - last));
+            last = t;
+            let a = real.judge(probe.clone(), s(t), &c());
+            let b = rebased.judge(probe, at, &c());
+            assert_eq!(a, b, "at {t}");
+        }
+        // Times older than `at` stop at zero.
+        rebased.rebase(s(1000.0));
+        assert_eq!(rebased.leaderless_since, None);
+        assert!(rebased.suspects.values().all(|t| t.is_zero()));
     }
 
     #[test]

@@ -290,7 +290,12 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         return NextAction::new(ActionCode::WaitForDeletion, msg).with(m.name.clone(), None);
     }
 
-    if let Some(l) = members.iter().find(|m| m.is_learner) {
+    // A learner known to be unhealthy is not catching up (its process failed while it
+    // joined): waiting for it would wait for ever. Its Machine is replaced below, or, without
+    // a Machine, it is removed as an orphan.
+    if let Some(l) = members.iter().find(|m| {
+        m.is_learner && !matches!(quorum::effective_ref(m, stale), HealthRef::Unhealthy(_))
+    }) {
         return NextAction::new(
             ActionCode::WaitForLearner,
             format!(
@@ -313,7 +318,10 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     let keep = kept_tolerance(tally, desired);
     for o in orphans {
         let mut removed = Tally::default();
-        removed.count(quorum::effective_ref(o, stale));
+        // A learner does not vote: removing it changes no count.
+        if !o.is_learner {
+            removed.count(quorum::effective_ref(o, stale));
+        }
         let after = Tally {
             healthy: tally.healthy - removed.healthy,
             unhealthy: tally.unhealthy - removed.unhealthy,

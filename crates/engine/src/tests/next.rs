@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::assert_verdict;
 use crate::testkit::*;
 use crate::*;
 
@@ -110,6 +111,36 @@ fn wait_for_join_and_learner() {
     c.kcp.replicas = 4;
     let a = next(&c);
     assert_eq!(a.code, ActionCode::WaitForLearner);
+    assert_eq!(a.target.as_deref(), Some("9"));
+    // Unknown health (a failure seen once, not confirmed): still waiting.
+    members_mut(&mut c)[3].health = Health::Unconfirmed("seen once".into());
+    assert_eq!(next(&c).code, ActionCode::WaitForLearner);
+}
+
+#[test]
+fn a_failed_learner_is_replaced_not_waited_for() {
+    // Found by the model check (tests/model.rs): a learner whose process failed while it
+    // joined never catches up, and KCP's preflight holds every change meanwhile. Waiting for
+    // it was a deadlock; its Machine is remediated instead.
+    let mut c = three_healthy();
+    c.kcp.replicas = 4;
+    add_machine(&mut c, "l");
+    machine_mut(&mut c, "l").node_name = None;
+    add_member(&mut c, 9, "l", down(), true);
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::RemediateMachine, "{}", a.message);
+    assert_eq!(a.target.as_deref(), Some("l"));
+    // ...and KCP's deletion of it is allowed: a learner does not vote.
+    assert_verdict(
+        &delete(&c, "l", &kcp_controller()),
+        true,
+        Reason::LearnerMember,
+    );
+    // A failed learner no Machine accounts for is removed from etcd.
+    let mut c = three_healthy();
+    add_member(&mut c, 9, "gone", down(), true);
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::RemoveOrphanMember, "{}", a.message);
     assert_eq!(a.target.as_deref(), Some("9"));
 }
 

@@ -1,0 +1,289 @@
+//! Model check of the guard with KCP, etcd, people and failures, in every interleaving
+//! (issue 20), with stateright.
+//!
+//! The state, the actors and their steps: `tests/model/world.rs` and `tests/model/steps.rs`;
+//! the properties and the liveness continuation: `tests/model/check.rs`. The guard's decisions
+//! are the real engine's, on the guard's lagging view. What is checked, under which bounds, and
+//! what each bound leaves out: docs/rules.md, "Model-checked".
+//!
+//! `cargo test --test model -- --nocapture` prints the figures; a larger run:
+//! `QG_MODEL=big cargo test --test model big_bounds -- --ignored --nocapture`; any bounds:
+//! `QG_MODEL_BOUNDS=person=2 cargo test --test model qg_model_bounds -- --ignored --nocapture`.
+
+#[path = "model/check.rs"]
+mod check;
+#[path = "model/guard.rs"]
+mod guard;
+#[path = "model/steps.rs"]
+mod steps;
+#[path = "model/world.rs"]
+mod world;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use quorumguard::engine::Confirmation;
+use stateright::{Checker, HasDiscoveries, Model};
+
+use check::{ADVICE, Checked, NO_FALSE_ALARM, PROPERTIES, RECOVERS, SAFE};
+use steps::{Bounds, Bugs, Config};
+use world::Style;
+
+/// The bounds CI checks within a few minutes.
+fn ci() -> Bounds {
+    Bounds {
+        sizes: vec![3],
+        styles: vec![Style::V03, Style::Current],
+        max_replicas: 5,
+        failures: 1,
+        probe_failures: 1,
+        crashes: 1,
+        person: 1,
+        rollouts: 1,
+        new_machines: 2,
+        cache_lag: 1,
+        probe_lag: 1,
+        election_probes: 2,
+    }
+}
+
+/// Two people's requests on five members: where deletions and scale-ups race.
+fn races() -> Bounds {
+    Bounds {
+        sizes: vec![5],
+        styles: vec![Style::Current],
+        person: 2,
+        probe_failures: 0,
+        crashes: 0,
+        rollouts: 0,
+        new_machines: 1,
+        ..ci()
+    }
+}
+
+fn config(bounds: Bounds, bugs: Bugs) -> Config {
+    Config {
+        bounds,
+        bugs,
+        confirmation: Confirmation::default(),
+        excuse_unconfirmed_membership: true,
+    }
+}
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
+/// Checks every property over every reachable state and fails with the counterexample of any
+/// that does not hold.
+fn check_all(name: &str, cfg: Config) {
+    let started = Instant::now();
+    let model = Checked::new(cfg);
+    let checker = model.checker().threads(threads()).spawn_bfs();
+    let mut report = started + Duration::from_secs(30);
+    while !checker.is_done() {
+        std::thread::sleep(Duration::from_millis(200));
+        if Instant::now() >= report {
+            report += Duration::from_secs(30);
+            println!(
+                "  {name}: {} states, depth {}, {:.0} s",
+                checker.unique_state_count(),
+                checker.max_depth(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let checker = checker.join();
+    let took = started.elapsed();
+    println!(
+        "model check {name}: {} states ({} generated), depth {}, {:.1} s on {} threads",
+        checker.unique_state_count(),
+        checker.state_count(),
+        checker.max_depth(),
+        took.as_secs_f64(),
+        threads()
+    );
+    let mut failed = Vec::new();
+    for p in PROPERTIES {
+        if let Some(path) = checker.discovery(p) {
+            failed.push(format!(
+                "{p}: counterexample\n{}",
+                checker.model().explain(&path)
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert!(checker.is_done());
+}
+
+/// Runs until `property` fails, and returns the printed counterexample.
+fn find(property: &'static str, cfg: Config) -> String {
+    let started = Instant::now();
+    let model = Checked::new(cfg);
+    let checker = model
+        .checker()
+        .threads(threads())
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+        .timeout(Duration::from_secs(600))
+        .spawn_bfs()
+        .join();
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("no counterexample to {property:?} found"));
+    let printed = checker.model().explain(&path);
+    println!(
+        "{property}: counterexample after {} states, {:.1} s:\n{printed}",
+        checker.unique_state_count(),
+        started.elapsed().as_secs_f64()
+    );
+    printed
+}
+
+#[test]
+fn the_guard_keeps_every_property_within_the_ci_bounds() {
+    check_all("ci", config(ci(), Bugs::default()));
+}
+
+/// The larger run: 1, 3 or 5 members.
+fn big() -> Bounds {
+    Bounds {
+        sizes: vec![1, 3, 5],
+        ..ci()
+    }
+}
+
+/// `QG_MODEL=big cargo test --test model big_bounds -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn the_guard_keeps_every_property_within_the_big_bounds() {
+    if std::env::var("QG_MODEL").as_deref() != Ok("big") {
+        println!("set QG_MODEL=big to run the larger model check");
+        return;
+    }
+    check_all("big", config(big(), Bugs::default()));
+}
+
+/// Bounds from `QG_MODEL_BOUNDS` (`key=value,...` over [`ci`]), for trying others.
+fn bounds_from_env() -> Bounds {
+    let mut b = ci();
+    let spec = std::env::var("QG_MODEL_BOUNDS").unwrap_or_default();
+    for kv in spec.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv.split_once('=').expect("key=value");
+        let n = || v.parse::<u8>().expect("a number");
+        match k {
+            "sizes" => b.sizes = v.split('/').map(|x| x.parse().expect("size")).collect(),
+            "styles" => {
+                b.styles = v
+                    .split('/')
+                    .map(|x| {
+                        if x == "v03" {
+                            Style::V03
+                        } else {
+                            Style::Current
+                        }
+                    })
+                    .collect()
+            }
+            "max_replicas" => b.max_replicas = n(),
+            "failures" => b.failures = n(),
+            "probe_failures" => b.probe_failures = n(),
+            "crashes" => b.crashes = n(),
+            "person" => b.person = n(),
+            "rollouts" => b.rollouts = n(),
+            "new_machines" => b.new_machines = n(),
+            "cache_lag" => b.cache_lag = usize::from(n()),
+            "probe_lag" => b.probe_lag = n(),
+            "election_probes" => b.election_probes = n(),
+            _ => panic!("unknown bound {k}"),
+        }
+    }
+    b
+}
+
+#[test]
+#[ignore]
+fn the_guard_keeps_every_property_within_the_bounds_in_qg_model_bounds() {
+    // With QG_MODEL_NO_PREFLIGHT set, KCP adds members without its health preflight: a known
+    // limit of the rules shows (docs/rules.md, "Model-checked").
+    let bugs = Bugs {
+        kcp_skips_preflight: std::env::var_os("QG_MODEL_NO_PREFLIGHT").is_some(),
+        ..Bugs::default()
+    };
+    check_all("env", config(bounds_from_env(), bugs));
+}
+
+/// An engine rule bypassed: the PendingDeletions rule never sees the other deletions.
+#[test]
+fn planted_blindness_to_pending_deletions_loses_quorum() {
+    let bugs = Bugs {
+        blind_to_pending: true,
+        ..Bugs::default()
+    };
+    find(SAFE, config(races(), bugs));
+}
+
+/// An engine rule bypassed: the MemberAbsent allow becomes a denial, so the #2651 leftover
+/// the next action names cannot be deleted.
+#[test]
+fn planted_denial_of_memberless_machines_contradicts_the_advice_and_deadlocks() {
+    let bugs = Bugs {
+        deny_memberless: true,
+        ..Bugs::default()
+    };
+    find(ADVICE, config(ci(), bugs.clone()));
+    find(RECOVERS, config(ci(), bugs));
+}
+
+/// cluster-api #2651 without quorumguard's advice: nobody deletes the Machine whose member KCP
+/// v0.3 removed before it lost leadership, and KCP stays stuck.
+#[test]
+fn planted_ignored_next_action_leaves_2651_stuck() {
+    let bugs = Bugs {
+        ignore_next_action: true,
+        ..Bugs::default()
+    };
+    let printed = find(RECOVERS, config(ci(), bugs));
+    assert!(printed.contains("loses leader election"), "{printed}");
+}
+
+/// The false-alarms rule off (`--etcd-election-timeout 0s`): a leader election is published
+/// as quorum lost.
+#[test]
+fn planted_believing_every_probe_publishes_a_false_quorum_loss() {
+    let mut cfg = config(ci(), Bugs::default());
+    cfg.confirmation = Confirmation {
+        election_timeout: Duration::ZERO,
+    };
+    find(NO_FALSE_ALARM, cfg);
+}
+
+/// The bound the false-alarms rule rests on: an election longer than the confirmation window
+/// (5 election timeouts) is published as quorum lost.
+#[test]
+fn an_election_longer_than_the_window_is_published_as_quorum_lost() {
+    let mut b = ci();
+    b.election_probes = 6;
+    find(NO_FALSE_ALARM, config(b, Bugs::default()));
+}
+
+/// A known limit, shown: while a changed member list awaits its confirming probe, the record
+/// still counts the removed member healthy, and a deletion judged then can lose quorum.
+#[test]
+fn known_limit_a_removed_member_counts_until_its_removal_is_confirmed() {
+    let mut cfg = config(races(), Bugs::default());
+    cfg.excuse_unconfirmed_membership = false;
+    let printed = find(SAFE, cfg);
+    assert!(printed.contains("a changed member list"), "{printed}");
+}
+
+/// What the reservations close is not reached here (docs/rules.md, "Model-checked"): without
+/// them, every property still holds within the CI bounds (about 1.2 million states, 23 s).
+#[test]
+#[ignore]
+fn without_reservations_no_counterexample_within_the_ci_bounds() {
+    let bugs = Bugs {
+        no_reservations: true,
+        ..Bugs::default()
+    };
+    check_all("ci, no reservations", config(bounds_from_env(), bugs));
+}

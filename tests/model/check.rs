@@ -1,0 +1,399 @@
+//! The model for stateright: the initial states, the four properties, the liveness
+//! continuation, and the counterexample printer.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use quorumguard::engine::{ActionCode, Policy, next_action};
+use quorumguard::status::conditions;
+use stateright::{Model, Path, Property};
+
+use crate::guard::Who;
+use crate::steps::{Action, Config, Say};
+use crate::world::*;
+
+/// Admitted operations keep quorum.
+pub const SAFE: &str = "no admitted operation loses quorum";
+/// The next action is one the guard allows.
+pub const ADVICE: &str = "the published next action is one the guard allows";
+/// The false-alarms rule.
+pub const NO_FALSE_ALARM: &str = "nothing published claims quorum lost while it holds";
+/// Liveness.
+pub const RECOVERS: &str = "every state can still converge once failures stop";
+
+pub const PROPERTIES: [&str; 4] = [SAFE, ADVICE, NO_FALSE_ALARM, RECOVERS];
+
+/// Rounds the liveness continuation may take, and how many in a row may change nothing the
+/// actors read before it counts as stuck (a confirmation takes two probes).
+const ROUNDS: usize = 80;
+const IDLE_ROUNDS: usize = 3;
+
+pub struct Checked {
+    pub cfg: Config,
+    /// State hash -> whether the continuation from it converges.
+    memo: Arc<Mutex<HashMap<u64, bool>>>,
+}
+
+impl Checked {
+    pub fn new(cfg: Config) -> Checked {
+        Checked {
+            cfg,
+            memo: Arc::default(),
+        }
+    }
+
+    /// The next action the enricher would publish on its view.
+    pub fn published(s: &State) -> (ActionCode, Option<String>) {
+        let a = next_action(&s.enricher_view(), &Policy::default(), NOW);
+        (a.code, a.target)
+    }
+
+    /// The Machine deletion a published next action asks for, and whether the webhook would
+    /// allow it right now: `None` when the action asks for no deletion.
+    ///
+    /// While the webhook holds a reservation the cache does not show yet (an allowed deletion
+    /// or scale-up, for one watch event), the enricher cannot know it: the advice is then held
+    /// to the view it was published from (docs/rules.md, "Model-checked", known limits).
+    pub fn advice(&self, s: &State) -> Option<(ActionCode, String, bool)> {
+        let (code, target) = Checked::published(s);
+        let who = match code {
+            ActionCode::DeleteMachine => Who::Person,
+            ActionCode::RemediateMachine => Who::Kcp,
+            _ => return None,
+        };
+        let target = target?;
+        let slot: u8 = target.strip_prefix('m')?.parse().ok()?;
+        s.machine(slot).filter(|m| !m.deleting)?;
+        let mut n = s.clone();
+        if who == Who::Kcp {
+            n.machine_mut(slot)?.remediate = true;
+        }
+        let (_, replicas, kept) = s.webhook_view(true);
+        let outstanding = replicas.is_some() || !kept.is_empty();
+        let allowed = self
+            .cfg
+            .review_deletion(&mut n, slot, who, !outstanding, &mut Say(None))
+            .unwrap_or(false);
+        Some((code, target, allowed))
+    }
+
+    /// What the published conditions claim of quorum: lost or not.
+    pub fn claims_quorum_lost(s: &State) -> bool {
+        let [quorum, action] = conditions(
+            &s.enricher_view(),
+            &Policy::default(),
+            NOW,
+            None,
+            s.probe_failed.then_some("the probe failed"),
+        );
+        quorum.reason == "QuorumLost" || action.reason == ActionCode::RestoreQuorum.as_str()
+    }
+
+    /// A claim of quorum loss needs a probe that found quorum truly lost, at most one leader
+    /// election ago.
+    pub fn no_false_alarm(&self, s: &State) -> bool {
+        !Checked::claims_quorum_lost(s) || s.probes_since_lost <= self.cfg.bounds.election_probes
+    }
+
+    /// Converged: as many Machines as replicas, all up to date, each with a healthy voting
+    /// member and nothing else in etcd, nothing deleting or half done, a leader. (A
+    /// remediate-machine annotation KCP cannot honour on a healthy Machine, the last one for
+    /// instance, may stay.)
+    pub fn converged(s: &State) -> bool {
+        s.kcp_deletes_next.is_none()
+            && s.leader.is_some()
+            && s.machines.len() == usize::from(s.replicas)
+            && s.members.len() == s.machines.len()
+            && s.machines.iter().all(|m| {
+                !m.deleting
+                    && m.node
+                    && m.version == s.version
+                    && s.member(m.slot)
+                        .is_some_and(|x| !x.learner && x.started && x.up)
+            })
+    }
+
+    /// Liveness: from `s`, with no more failures, one fair schedule (every actor in turn; the
+    /// person follows the published next action) converges. A state without quorum that
+    /// cannot move is excused: only disaster recovery helps, which the model leaves out.
+    pub fn recovers(&self, s: &State) -> bool {
+        let key = fingerprint(s);
+        if let Some(v) = self.memo.lock().expect("memo").get(&key) {
+            return *v;
+        }
+        let mut keys = vec![key];
+        let mut cur = s.clone();
+        let mut idle = 0;
+        let mut waited = false;
+        let mut result = false;
+        for _ in 0..ROUNDS {
+            if Checked::converged(&cur) {
+                result = true;
+                break;
+            }
+            let k = fingerprint(&cur);
+            if let Some(v) = self.memo.lock().expect("memo").get(&k) {
+                result = *v;
+                break;
+            }
+            keys.push(k);
+            let next = self.round(&cur);
+            idle = if moved(&cur, &next) { 0 } else { idle + 1 };
+            cur = next;
+            if idle >= IDLE_ROUNDS {
+                // Nothing moves: wait out --join-grace once, then give up.
+                match self
+                    .cfg
+                    .step(&cur, &Action::GraceExpires, false, &mut Say(None))
+                {
+                    Some(n) if !waited => {
+                        cur = n;
+                        waited = true;
+                        idle = 0;
+                    }
+                    _ => {
+                        result = !cur.has_quorum();
+                        break;
+                    }
+                }
+            }
+        }
+        let mut memo = self.memo.lock().expect("memo");
+        for k in keys {
+            memo.insert(k, result);
+        }
+        result
+    }
+
+    /// One round of the fair schedule, every actor in turn.
+    pub fn round(&self, s: &State) -> State {
+        let mut cur = s.clone();
+        let run = |cur: &mut State, a: Action| {
+            if let Some(n) = self.cfg.step(cur, &a, false, &mut Say(None)) {
+                *cur = n;
+            }
+        };
+        sync_all(self, &mut cur);
+        run(&mut cur, Action::ElectionEnds);
+        run(&mut cur, Action::Probe);
+        let deleting: Vec<u8> = cur
+            .machines
+            .iter()
+            .filter(|m| m.deleting)
+            .map(|m| m.slot)
+            .collect();
+        for slot in deleting {
+            run(&mut cur, Action::FinishDeletion(slot));
+        }
+        let joining: Vec<u8> = cur
+            .machines
+            .iter()
+            .filter(|m| !m.node)
+            .map(|m| m.slot)
+            .collect();
+        for slot in joining {
+            run(&mut cur, Action::Join(slot));
+        }
+        run(&mut cur, Action::Kcp);
+        sync_all(self, &mut cur);
+        run(&mut cur, Action::Probe);
+        if !self.cfg.bugs.ignore_next_action {
+            run(&mut cur, Action::Follow);
+        }
+        cur
+    }
+
+    /// The path, step by step, each step with what the guard answered and the state after it.
+    pub fn explain(&self, path: &Path<State, Action>) -> String {
+        let steps = path.clone().into_vec();
+        let mut out = format!("  0. start: {}\n", summary(&steps[0].0));
+        for (i, (s, a)) in steps.iter().enumerate() {
+            let Some(a) = a else { continue };
+            let mut say = Say(Some(Vec::new()));
+            let next = self.cfg.step(s, a, true, &mut say);
+            let lines = say.0.unwrap_or_default();
+            out.push_str(&format!("{:3}. {}\n", i + 1, lines.join("\n     ")));
+            if let Some(n) = next {
+                out.push_str(&format!("     -> {}\n", summary(&n)));
+            }
+        }
+        let last = path.last_state();
+        if let Some(why) = &last.lost_by {
+            out.push_str(&format!("  quorum lost by: {why}\n"));
+        }
+        if let Some((code, target, false)) = self.advice(last) {
+            out.push_str(&format!(
+                "  published next action {code} {target}, which the guard denies\n"
+            ));
+        }
+        if !self.no_false_alarm(last) {
+            out.push_str(&format!(
+                "  published: quorum lost; etcd truly has {} healthy of {} voting members\n",
+                last.healthy(),
+                last.voting()
+            ));
+        }
+        out
+    }
+}
+
+impl Model for Checked {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let b = &self.cfg.bounds;
+        let left = Left {
+            failures: b.failures,
+            probe_failures: b.probe_failures,
+            crashes: b.crashes,
+            person: b.person,
+            rollouts: b.rollouts,
+            new_machines: b.new_machines,
+        };
+        let mut out = Vec::new();
+        for style in &b.styles {
+            for n in &b.sizes {
+                out.push(State::converged(*style, *n, left));
+            }
+        }
+        out
+    }
+
+    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        self.cfg.actions(s, out);
+    }
+
+    fn next_state(&self, s: &State, a: Action) -> Option<State> {
+        self.cfg.step(s, &a, true, &mut Say(None))
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(SAFE, |_, s: &State| s.lost_by.is_none()),
+            Property::always(ADVICE, |m, s| !matches!(m.advice(s), Some((_, _, false)))),
+            Property::always(NO_FALSE_ALARM, |m, s| m.no_false_alarm(s)),
+            Property::always(RECOVERS, |m, s| m.recovers(s)),
+        ]
+    }
+}
+
+fn sync_all(m: &Checked, s: &mut State) {
+    let mut actions = Vec::new();
+    m.cfg.actions(s, &mut actions);
+    for a in actions {
+        if matches!(a, Action::SyncMachine(_) | Action::SyncKcp)
+            && let Some(n) = m.cfg.step(s, &a, false, &mut Say(None))
+        {
+            *s = n;
+        }
+    }
+}
+
+/// Whether anything an actor reads changed (not the belief's clock, not the ghosts).
+fn moved(a: &State, b: &State) -> bool {
+    let key = |s: &State| {
+        (
+            s.machines.clone(),
+            (s.replicas, s.version),
+            s.members.clone(),
+            s.leader,
+            s.kcp_deletes_next,
+            s.cache_machines.clone(),
+            (s.cache_replicas, s.cache_version),
+            s.view.clone(),
+            s.probe_failed,
+            (s.reserved_replicas, s.reserved.clone()),
+        )
+    };
+    key(a) != key(b)
+}
+
+fn fingerprint(s: &State) -> u64 {
+    let mut h = DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
+}
+
+/// One line: etcd, the Machines and replicas, what the guard sees, the published action.
+pub fn summary(s: &State) -> String {
+    let members: Vec<String> = s
+        .members
+        .iter()
+        .map(|m| {
+            let mut w = name(m.slot);
+            if m.learner {
+                w.push_str(" learner");
+            }
+            w.push_str(match (m.started, m.up) {
+                (false, _) => " not started",
+                (true, true) => " up",
+                (true, false) => " DOWN",
+            });
+            if s.leader == Some(m.slot) {
+                w.push_str(" (leader)");
+            }
+            w
+        })
+        .collect();
+    let machines: Vec<String> = s
+        .machines
+        .iter()
+        .map(|m| {
+            let mut w = name(m.slot);
+            if m.version < s.version {
+                w.push_str(" old");
+            }
+            if !m.node {
+                w.push_str(" joining");
+            }
+            if m.remediate {
+                w.push_str(" remediate");
+            }
+            if m.deleting {
+                w.push_str(" DELETING");
+            }
+            w
+        })
+        .collect();
+    let seen: Vec<String> = match &s.view {
+        None => vec!["none".into()],
+        Some(v) => v
+            .iter()
+            .map(|m| {
+                let h = match (s.probe_failed, m.seen) {
+                    (true, _) | (false, Seen::Unknown) => "?",
+                    (false, Seen::Healthy) => "ok",
+                    (false, Seen::Unhealthy) => "down",
+                    (false, Seen::Unconfirmed) => "down?",
+                };
+                format!(
+                    "{}{} {h}",
+                    name(m.slot),
+                    if m.learner { " learner" } else { "" }
+                )
+            })
+            .collect(),
+    };
+    let mut guard = format!(
+        "guard: cache lag {}, probe {}",
+        s.cache_lag(),
+        seen.join(", ")
+    );
+    if let Some(r) = s.reserved_replicas {
+        guard.push_str(&format!(", reserved replicas {r}"));
+    }
+    if !s.reserved.is_empty() {
+        let r: Vec<String> = s.reserved.iter().map(|r| name(r.machine.slot)).collect();
+        guard.push_str(&format!(", reserved deletions {}", r.join(" ")));
+    }
+    let (code, target) = Checked::published(s);
+    format!(
+        "etcd [{}] | Machines [{}], replicas {} | {guard} | next action {code}{}",
+        members.join(", "),
+        machines.join(", "),
+        s.replicas,
+        target.map(|t| format!(" {t}")).unwrap_or_default()
+    )
+}

@@ -1,0 +1,550 @@
+//! Every step of every actor, each atomic: the KCP controller (both styles), a new node's
+//! `kubeadm join`, the Machine controller with KCP's pre-terminate hook, etcd and its failures,
+//! the guard (watch cache, probe, webhook) and a person.
+//!
+//! The guard's own steps, which call the real engine, are in `guard.rs`.
+
+use quorumguard::engine::Confirmation;
+
+use crate::guard::Who;
+
+use crate::world::*;
+
+/// What the exploration may spend, and how far the guard's view may lag.
+#[derive(Clone, Debug)]
+pub struct Bounds {
+    /// Initial control planes: this many healthy members, Machines and replicas.
+    pub sizes: Vec<u8>,
+    pub styles: Vec<Style>,
+    /// spec.replicas a person may ask for: 1, 3, 5, up to this.
+    pub max_replicas: u8,
+    /// Members that fail (go down; each may come back).
+    pub failures: u8,
+    pub probe_failures: u8,
+    /// Times KCP loses leadership with a step half done (v0.3: member removed, Machine not).
+    pub crashes: u8,
+    /// Machine deletions and replica changes a person asks for (following the next action is
+    /// not counted).
+    pub person: u8,
+    pub rollouts: u8,
+    /// Machines KCP may create.
+    pub new_machines: u8,
+    /// Objects (Machines, the KCP) the guard's cache may show out of date at once.
+    pub cache_lag: usize,
+    /// etcd changes the guard's latest probe may miss.
+    pub probe_lag: u8,
+    /// Probes a leader election may last (each probe is one election timeout after the last).
+    pub election_probes: u8,
+}
+
+/// Planted bugs: each makes the guard (or a person) wrong in one known way, to show that the
+/// properties catch it.
+#[derive(Clone, Debug, Default)]
+pub struct Bugs {
+    /// The webhook keeps no reservations: an allowed deletion or scale-up is invisible to the
+    /// next review until the cache shows it (the race before commit 4841864).
+    pub no_reservations: bool,
+    /// The engine never sees the other pending deletions (the PendingDeletions rule bypassed:
+    /// each deletion judged as if it were the only one).
+    pub blind_to_pending: bool,
+    /// The guard denies deleting a Machine that has no etcd member (the MemberAbsent rule
+    /// replaced by a denial).
+    pub deny_memberless: bool,
+    /// Nobody follows the published next action.
+    pub ignore_next_action: bool,
+    /// Not the guard's: KCP scales up without its health preflight, as the guard's rules
+    /// assume a controller may (a join in any order with the admitted deletions).
+    pub kcp_skips_preflight: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub bounds: Bounds,
+    pub bugs: Bugs,
+    pub confirmation: Confirmation,
+    /// A known limit (docs/rules.md, "Model-checked"): a deletion judged while the record
+    /// lists a removed member (healthy) or misses an added one counts wrong. True: such a
+    /// deletion is excused like one judged on a failure the probe has not seen.
+    pub excuse_unconfirmed_membership: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// One reconcile of the KCP controller.
+    Kcp,
+    /// KCP loses leadership with a step half done, and restarts (v0.3: after removing a
+    /// member, before deleting its Machine; current: after picking a Machine to delete).
+    KcpCrash,
+    /// The new node of Machine `m{slot}` joins etcd, one step.
+    Join(u8),
+    /// The Machine controller finishes a deletion: KCP's pre-terminate hook removes the
+    /// member, the machine goes.
+    FinishDeletion(u8),
+    Fail(u8),
+    Recover(u8),
+    ElectionEnds,
+    /// Time passes beyond `--join-grace`: no Machine is young any more.
+    GraceExpires,
+    /// The watch delivers the current state of Machine `m{slot}` to the guard's cache.
+    SyncMachine(u8),
+    SyncKcp,
+    Probe,
+    ProbeFails,
+    /// A person deletes Machine `m{slot}` (kubectl delete machine).
+    Delete(u8),
+    /// A person sets spec.replicas (kubectl scale kcp).
+    Scale(u8),
+    /// A person changes the KCP's version: a rollout.
+    Rollout,
+    /// A person does what the published next action says.
+    Follow,
+}
+
+/// The words of a step, written only when asked for (printing a counterexample).
+pub struct Say(pub Option<Vec<String>>);
+
+impl Say {
+    pub fn line(&mut self, f: impl FnOnce() -> String) {
+        if let Some(lines) = &mut self.0 {
+            lines.push(f());
+        }
+    }
+}
+
+impl Config {
+    /// The actions worth trying in `s` (each may still turn out impossible).
+    pub fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        let b = &self.bounds;
+        out.push(Action::Kcp);
+        if s.kcp_deletes_next.is_some() && s.left.crashes > 0 {
+            out.push(Action::KcpCrash);
+        }
+        for m in &s.machines {
+            if !m.node && !m.deleting {
+                out.push(Action::Join(m.slot));
+            }
+            if m.deleting {
+                out.push(Action::FinishDeletion(m.slot));
+            }
+        }
+        for m in &s.members {
+            if m.started && m.up && s.left.failures > 0 {
+                out.push(Action::Fail(m.slot));
+            }
+            if m.started && !m.up {
+                out.push(Action::Recover(m.slot));
+            }
+        }
+        out.push(Action::ElectionEnds);
+        if s.machines.iter().any(|m| m.young) {
+            out.push(Action::GraceExpires);
+        }
+        let mut slots: Vec<u8> = s.machines.iter().map(|m| m.slot).collect();
+        slots.extend(s.cache_machines.iter().map(|m| m.slot));
+        slots.sort_unstable();
+        slots.dedup();
+        for slot in slots {
+            if s.machine(slot) != s.cached(slot) {
+                out.push(Action::SyncMachine(slot));
+            }
+        }
+        if (s.replicas, s.version) != s.kcp_cached() {
+            out.push(Action::SyncKcp);
+        }
+        out.push(Action::Probe);
+        if s.left.probe_failures > 0 {
+            out.push(Action::ProbeFails);
+        }
+        if s.left.person > 0 {
+            for m in &s.machines {
+                if !m.deleting {
+                    out.push(Action::Delete(m.slot));
+                }
+            }
+            for to in [1, 3, 5] {
+                if to <= b.max_replicas && to != s.replicas {
+                    out.push(Action::Scale(to));
+                }
+            }
+            if s.left.rollouts > 0 {
+                out.push(Action::Rollout);
+            }
+        }
+        if !self.bugs.ignore_next_action {
+            out.push(Action::Follow);
+        }
+    }
+
+    /// The state after `a`, or `None` when `a` cannot happen (or changes nothing). With
+    /// `explore` false (the liveness continuation) the budgets and lag bounds do not apply.
+    pub fn step(&self, s: &State, a: &Action, explore: bool, say: &mut Say) -> Option<State> {
+        let mut n = self.act(s, a, explore, say)?;
+        if !matches!(a, Action::Probe) && (n.members != s.members || n.leader != s.leader) {
+            n.unprobed = n.unprobed.saturating_add(1);
+        }
+        if s.has_quorum() && !n.has_quorum() && n.lost_by.is_none() {
+            let excused = match a {
+                Action::Fail(_) => true,
+                Action::FinishDeletion(slot) => s.unproven.contains(slot),
+                // SingleMemberScaleUp: a single member can only grow this way, and the guard
+                // says so in a warning. Otherwise a voting member joins only Machines KCP made
+                // with every member healthy: a member down now failed since.
+                Action::Join(_) => {
+                    let removed = usize::from(s.removed_since_failure);
+                    let failed = s.members.iter().any(|m| m.started && !m.up);
+                    s.voting() == 1
+                        || (failed && s.healthy() + removed < quorum(s.voting() + removed + 1))
+                }
+                Action::Follow => s.unseen_failure(),
+                _ => false,
+            };
+            if !excused {
+                let mut why = Say(Some(Vec::new()));
+                self.act(s, a, false, &mut why);
+                n.lost_by = Some(why.0.unwrap_or_default().join("; "));
+            }
+        }
+        let deleting: Vec<u8> = n
+            .machines
+            .iter()
+            .filter(|m| m.deleting)
+            .map(|m| m.slot)
+            .collect();
+        n.unproven.retain(|slot| deleting.contains(slot));
+        // A removal counts against a later join unless the deletion behind it was unproven
+        // (then the join's loss is that deletion's, already excused).
+        let unproven = matches!(a, Action::FinishDeletion(slot) if s.unproven.contains(slot));
+        let healthy_removed = s
+            .members
+            .iter()
+            .filter(|m| !m.learner && m.started && m.up && n.member(m.slot).is_none())
+            .filter(|_| !unproven)
+            .count();
+        if n.members.iter().any(|m| m.started && !m.up) {
+            n.removed_since_failure = n
+                .removed_since_failure
+                .saturating_add(u8::try_from(healthy_removed).unwrap_or(u8::MAX));
+        }
+        n.unproven.sort_unstable();
+        n.unproven.dedup();
+        if explore && (n.cache_lag() > self.bounds.cache_lag || n.unprobed > self.bounds.probe_lag)
+        {
+            return None;
+        }
+        (n != *s).then_some(n)
+    }
+
+    /// The action itself, and the leader it leaves.
+    fn act(&self, s: &State, a: &Action, explore: bool, say: &mut Say) -> Option<State> {
+        let mut n = s.clone();
+        match a {
+            Action::Kcp => self.kcp(&mut n, explore, say)?,
+            Action::KcpCrash => {
+                let slot = n.kcp_deletes_next.take()?;
+                n.left.crashes = n.left.crashes.checked_sub(1)?;
+                say.line(|| {
+                    format!(
+                        "KCP loses leader election before deleting Machine {}: restarted, it has forgotten it",
+                        name(slot)
+                    )
+                });
+            }
+            Action::Join(slot) => join(&mut n, *slot, say)?,
+            Action::FinishDeletion(slot) => finish_deletion(&mut n, *slot, say)?,
+            Action::Fail(slot) => {
+                let m = n.member_mut(*slot).filter(|m| m.started && m.up)?;
+                m.up = false;
+                n.left.failures = n.left.failures.checked_sub(1)?;
+                let deleting: Vec<u8> = n
+                    .machines
+                    .iter()
+                    .filter(|m| m.deleting)
+                    .map(|m| m.slot)
+                    .collect();
+                n.unproven.extend(deleting);
+                // Removals before this failure were judged without it: a join they leave
+                // short of quorum now is this failure's doing.
+                n.removed_since_failure = 0;
+                say.line(|| format!("etcd member {} fails", name(*slot)));
+            }
+            Action::Recover(slot) => {
+                let m = n.member_mut(*slot).filter(|m| m.started && !m.up)?;
+                m.up = true;
+                say.line(|| format!("etcd member {} comes back", name(*slot)));
+            }
+            Action::ElectionEnds => {
+                if n.leader.is_some() || !n.has_quorum() {
+                    return None;
+                }
+                let leader = n
+                    .members
+                    .iter()
+                    .find(|m| !m.learner && m.started && m.up)?
+                    .slot;
+                n.leader = Some(leader);
+                n.election_probes = 0;
+                say.line(|| format!("etcd elects {} leader", name(leader)));
+            }
+            Action::GraceExpires => {
+                // Ten minutes are sixty probe intervals: the record has caught up with etcd's
+                // member list by then (unless the probes fail).
+                if !n.probe_failed && (n.unprobed > 0 || n.unconfirmed_membership()) {
+                    return None;
+                }
+                for m in n
+                    .machines
+                    .iter_mut()
+                    .chain(n.cache_machines.iter_mut())
+                    .chain(n.reserved.iter_mut().map(|r| &mut r.machine))
+                {
+                    m.young = false;
+                }
+                say.line(|| "10 minutes pass: no Machine is within --join-grace".into());
+            }
+            Action::SyncMachine(slot) => {
+                let now = s.machine(*slot).copied();
+                n.cache_machines.retain(|m| m.slot != *slot);
+                n.cache_machines.extend(now);
+                n.cache_machines.sort_by_key(|m| m.slot);
+                say.line(|| format!("the guard's cache receives Machine {}", name(*slot)));
+            }
+            Action::SyncKcp => {
+                (n.cache_replicas, n.cache_version) = (n.replicas, n.version);
+                say.line(|| "the guard's cache receives the KCP".into());
+            }
+            Action::Probe => self.probe(&mut n, explore, say)?,
+            Action::ProbeFails => {
+                self.clock(&mut n, explore)?;
+                n.left.probe_failures = n.left.probe_failures.checked_sub(1)?;
+                n.probe_failed = true;
+                say.line(|| "the guard's probe fails".into());
+            }
+            Action::Delete(slot) => {
+                n.left.person = n.left.person.checked_sub(1)?;
+                n.machine(*slot).filter(|m| !m.deleting)?;
+                say.line(|| format!("a person deletes Machine {}", name(*slot)));
+                self.delete(&mut n, *slot, Who::Person, say)?;
+            }
+            Action::Scale(to) => {
+                n.left.person = n.left.person.checked_sub(1)?;
+                say.line(|| format!("a person scales the KCP to {to} replicas"));
+                self.update(&mut n, *to, false, say)?;
+            }
+            Action::Rollout => {
+                n.left.person = n.left.person.checked_sub(1)?;
+                n.left.rollouts = n.left.rollouts.checked_sub(1)?;
+                say.line(|| format!("a person sets the KCP's version to v1.{}", s.version + 1));
+                self.update(&mut n, s.replicas, true, say)?;
+            }
+            Action::Follow => self.follow(&mut n, say)?,
+        }
+        settle_leader(&mut n);
+        Some(n)
+    }
+
+    /// One reconcile of the KCP controller, as the playground's simulated KCP does it: finish
+    /// what it started, remediate, then (only with every member healthy and every Machine
+    /// matched) scale up, roll out or scale down by one Machine. Level-triggered: it reads the
+    /// truth, and remembers only the v0.3 Machine to delete after its member.
+    fn kcp(&self, n: &mut State, explore: bool, say: &mut Say) -> Option<()> {
+        if n.machines.iter().any(|m| m.deleting) {
+            return None;
+        }
+        if let Some(slot) = n.kcp_deletes_next {
+            if n.machine(slot).is_none() {
+                n.kcp_deletes_next = None;
+                return Some(());
+            }
+            say.line(|| format!("KCP deletes Machine {}", name(slot)));
+            // Refused or not, the next reconcile reads afresh.
+            n.kcp_deletes_next = None;
+            self.review_deletion(n, slot, Who::Kcp, true, say);
+            return Some(());
+        }
+        // Remediation first; when the deletion is refused, KCP goes on with the rest of its
+        // reconcile (as KCP does when remediation is not safe: it continues with the other
+        // operations).
+        let mut reviewed = false;
+        // A Machine whose member is truly down or missing first (KCP remediates what its
+        // health checks find unhealthy), then the others annotated.
+        let sick = |m: &Mach| !n.member(m.slot).is_some_and(|x| x.started && x.up);
+        let first = n
+            .machines
+            .iter()
+            .filter(|m| m.remediate)
+            .min_by_key(|m| (!sick(m), m.slot))
+            .map(|m| m.slot);
+        if let Some(slot) = first {
+            say.line(|| format!("KCP remediates Machine {}: deletes it", name(slot)));
+            match self.review_deletion(n, slot, Who::Kcp, true, say) {
+                Some(true) => return Some(()),
+                Some(false) => reviewed = true,
+                None => {}
+            }
+        }
+        let unhealthy = n.members.iter().any(|m| !m.started || !m.up || m.learner);
+        let unmatched = n.machines.iter().any(|m| n.member(m.slot).is_none())
+            || n.members.iter().any(|m| n.machine(m.slot).is_none());
+        // One join at a time, whatever the preflight.
+        let joining = n.machines.iter().any(|m| !m.node);
+        if (unhealthy && !self.bugs.kcp_skips_preflight) || unmatched || joining {
+            return reviewed.then_some(());
+        }
+        let count = n.machines.len();
+        let replicas = usize::from(n.replicas);
+        let outdated = n.machines.iter().find(|m| m.version < n.version).copied();
+        let grows = count < replicas || (count == replicas && outdated.is_some());
+        if unhealthy && !grows {
+            return reviewed.then_some(());
+        }
+        if grows {
+            if explore && n.left.new_machines == 0 {
+                return reviewed.then_some(());
+            }
+            if explore {
+                n.left.new_machines -= 1;
+            }
+            let slot = n.next_slot;
+            n.next_slot += 1;
+            n.machines.push(Mach {
+                slot,
+                version: n.version,
+                node: false,
+                young: true,
+                deleting: false,
+                remediate: false,
+            });
+            say.line(|| format!("KCP scales up: creates Machine {}", name(slot)));
+            return Some(());
+        }
+        if count <= replicas {
+            return reviewed.then_some(());
+        }
+        let victim = outdated.unwrap_or(n.machines[0]).slot;
+        match n.style {
+            Style::Current => {
+                // Deciding and deleting are two steps: others may act on what KCP read.
+                n.kcp_deletes_next = Some(victim);
+                say.line(|| format!("KCP scales down: picks Machine {} to delete", name(victim)));
+                Some(())
+            }
+            Style::V03 => {
+                if !n.has_quorum() {
+                    return reviewed.then_some(());
+                }
+                n.members.retain(|m| m.slot != victim);
+                n.kcp_deletes_next = Some(victim);
+                say.line(|| {
+                    format!(
+                        "KCP v0.3 scales down: removes etcd member {} (the Machine next)",
+                        name(victim)
+                    )
+                });
+                Some(())
+            }
+        }
+    }
+}
+
+/// A new node's `kubeadm join`, one step at a time. v0.3: the member is added voting (it
+/// counts before it has started), then starts. Current: added as a learner, then promoted.
+/// Adding and promoting need quorum. The Machine gets its node when the member has joined.
+fn join(n: &mut State, slot: u8, say: &mut Say) -> Option<()> {
+    n.machine(slot).filter(|m| !m.node && !m.deleting)?;
+    // A watch delivers a new Machine in milliseconds, a node takes minutes to boot and join:
+    // the guard's cache has the Machine before its member appears.
+    n.cached(slot)?;
+    let learner = n.style == Style::Current;
+    match n.member(slot).copied() {
+        None => {
+            if !n.has_quorum() {
+                return None;
+            }
+            n.members.push(Mem {
+                slot,
+                learner,
+                started: learner,
+                up: true,
+            });
+            n.members.sort_by_key(|m| m.slot);
+            say.line(|| {
+                format!(
+                    "the node of {} joins etcd: member added{}",
+                    name(slot),
+                    if learner {
+                        " as a learner"
+                    } else {
+                        " (voting, not started yet)"
+                    }
+                )
+            });
+        }
+        Some(m) if !m.up => return None,
+        Some(m) if !m.started => {
+            n.member_mut(slot)?.started = true;
+            n.machine_mut(slot)?.node = true;
+            say.line(|| {
+                format!(
+                    "etcd member {} starts; Machine {0} has its node",
+                    name(slot)
+                )
+            });
+        }
+        Some(m) if m.learner => {
+            if !n.has_quorum() {
+                return None;
+            }
+            n.member_mut(slot)?.learner = false;
+            n.machine_mut(slot)?.node = true;
+            say.line(|| {
+                format!(
+                    "learner {} is promoted; Machine {0} has its node",
+                    name(slot)
+                )
+            });
+        }
+        Some(_) => n.machine_mut(slot)?.node = true,
+    }
+    Some(())
+}
+
+/// The Machine controller finishes a deletion: KCP's pre-terminate hook removes the member
+/// (which needs quorum), the machine is gone, and so is the Machine.
+fn finish_deletion(n: &mut State, slot: u8, say: &mut Say) -> Option<()> {
+    n.machine(slot).filter(|m| m.deleting)?;
+    let member = n.member(slot).is_some();
+    if member {
+        if !n.has_quorum() {
+            return None;
+        }
+        n.members.retain(|m| m.slot != slot);
+    }
+    n.machines.retain(|m| m.slot != slot);
+    say.line(|| {
+        format!(
+            "Machine {} is deleted{}",
+            name(slot),
+            if member {
+                ": the pre-terminate hook removed its etcd member"
+            } else {
+                ""
+            }
+        )
+    });
+    Some(())
+}
+
+/// A leader that is gone starts an election; without quorum there is no leader.
+fn settle_leader(n: &mut State) {
+    if let Some(l) = n.leader {
+        let leads = n.member(l).is_some_and(|m| !m.learner && m.started && m.up);
+        if !leads {
+            n.leader = None;
+            n.election_probes = 0;
+        }
+    }
+    if !n.has_quorum() {
+        n.leader = None;
+        n.election_probes = 0;
+    }
+}

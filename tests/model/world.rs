@@ -1,0 +1,435 @@
+//! The model's state: the truth (API objects, etcd), the KCP controller's memory, the guard's
+//! lagging view (its watch cache and its record of the latest probe) and its reservations, what
+//! is left of each bound, and the ghost variables the properties read. Plus the views the guard
+//! builds from it for the real engine: [`State::enricher_view`] and [`State::webhook_view`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use quorumguard::engine::{
+    ANNOTATION_REMEDIATE, Belief, Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology,
+    Health, Kcp, Machine, Member,
+};
+
+/// The present, as Unix seconds, for every engine call. The model has no clock: a Machine is
+/// young (created within `--join-grace`) until [`crate::steps::Action::GraceExpires`].
+pub const NOW: i64 = 1_800_000_000;
+const YOUNG: i64 = NOW - 60;
+const OLD: i64 = NOW - 86_400;
+
+/// Which KCP to imitate, as the playground's simulated controller does (crates/playground/src/kcp.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Style {
+    /// KCP v0.3: a new member joins voting (counted before it has started); scale-down removes
+    /// the member first, then deletes the Machine (cluster-api #2651 between the two).
+    V03,
+    /// Current KCP: a learner joins and is promoted; scale-down deletes the Machine and the
+    /// pre-terminate hook removes the member.
+    Current,
+}
+
+/// A control-plane Machine as the API server holds it (and the guard's cache, lagging).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Mach {
+    /// Its name is `m{slot}`, and so are its node's and its member's. Never reused.
+    pub slot: u8,
+    /// The KCP version it was made from (outdated when below the KCP's).
+    pub version: u8,
+    /// `status.nodeRef` is set (once its member has joined).
+    pub node: bool,
+    /// Created within `--join-grace`.
+    pub young: bool,
+    pub deleting: bool,
+    /// Annotated `cluster.x-k8s.io/remediate-machine`.
+    pub remediate: bool,
+}
+
+/// An etcd member as it truly is. Its ID is `slot + 1`, its name `m{slot}` once started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Mem {
+    pub slot: u8,
+    pub learner: bool,
+    /// Added but not started: it votes already (unless a learner), and has no name yet.
+    pub started: bool,
+    /// Its process runs (false: failed, frozen, its machine gone).
+    pub up: bool,
+}
+
+/// What the guard's record of the latest probe says of a member's health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Seen {
+    Healthy,
+    Unhealthy,
+    /// Seen for the worse by one probe, not believed yet (the rules count it unknown).
+    Unconfirmed,
+    Unknown,
+}
+
+/// One member of the guard's record of the latest probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ViewMem {
+    pub slot: u8,
+    pub named: bool,
+    pub learner: bool,
+    pub seen: Seen,
+}
+
+/// An allowed deletion the cache may not show yet (crates/guard/src/admission/reservations.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reserved {
+    pub machine: Mach,
+    pub seen_in_cache: bool,
+}
+
+/// What is left of each bound the exploration spends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Left {
+    pub failures: u8,
+    pub probe_failures: u8,
+    pub crashes: u8,
+    pub person: u8,
+    pub rollouts: u8,
+    pub new_machines: u8,
+}
+
+/// One state of the whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub style: Style,
+    // The API server: Machines (by slot) and the KCP's spec.replicas and version.
+    pub machines: Vec<Mach>,
+    pub replicas: u8,
+    pub version: u8,
+    // etcd.
+    pub members: Vec<Mem>,
+    /// The leader; `None` while electing (quorum holds) or without quorum.
+    pub leader: Option<u8>,
+    /// Probes taken during the current election.
+    pub election_probes: u8,
+    // The KCP controller.
+    pub kcp_crashed: bool,
+    /// KCP deletes this Machine next (lost in a crash): v0.3 has removed its member already;
+    /// current KCP has picked it for a scale-down.
+    pub kcp_deletes_next: Option<u8>,
+    // The guard: its watch cache (lagging), its record of the latest probe and its belief.
+    pub cache_machines: Vec<Mach>,
+    pub cache_replicas: u8,
+    pub cache_version: u8,
+    /// `None` before the first probe that recorded members.
+    pub view: Option<Vec<ViewMem>>,
+    /// The latest probe failed: the record's health is unknown until one succeeds.
+    pub probe_failed: bool,
+    pub belief: Belief,
+    pub reserved_replicas: Option<u8>,
+    pub reserved: Vec<Reserved>,
+    // Bounds.
+    pub left: Left,
+    /// etcd changes since the latest probe.
+    pub unprobed: u8,
+    pub next_slot: u8,
+    // Ghosts, read by the properties only.
+    /// Deleting Machines whose deletion was allowed without proof: by the unknown-health
+    /// policy, or on a record that showed a failed member healthy, or a member failed since.
+    pub unproven: Vec<u8>,
+    /// Healthy voting members removed (by proven deletions) since the latest failure.
+    pub removed_since_failure: u8,
+    /// Probes since one found etcd truly without quorum (saturating).
+    pub probes_since_lost: u8,
+    /// The step that lost quorum although no failure excuses it.
+    pub lost_by: Option<String>,
+}
+
+pub fn name(slot: u8) -> String {
+    format!("m{slot}")
+}
+
+/// quorum(V) = V/2 + 1.
+pub fn quorum(voting: usize) -> usize {
+    voting / 2 + 1
+}
+
+impl State {
+    /// `n` healthy members on `n` Machines, `n` replicas, the guard synced and probed.
+    pub fn converged(style: Style, n: u8, left: Left) -> State {
+        let machines: Vec<Mach> = (0..n)
+            .map(|slot| Mach {
+                slot,
+                version: 0,
+                node: true,
+                young: false,
+                deleting: false,
+                remediate: false,
+            })
+            .collect();
+        let members: Vec<Mem> = (0..n)
+            .map(|slot| Mem {
+                slot,
+                learner: false,
+                started: true,
+                up: true,
+            })
+            .collect();
+        State {
+            style,
+            cache_machines: machines.clone(),
+            machines,
+            replicas: n,
+            version: 0,
+            view: Some(
+                members
+                    .iter()
+                    .map(|m| ViewMem {
+                        slot: m.slot,
+                        named: true,
+                        learner: false,
+                        seen: Seen::Healthy,
+                    })
+                    .collect(),
+            ),
+            members,
+            leader: Some(0),
+            election_probes: 0,
+            kcp_crashed: false,
+            kcp_deletes_next: None,
+            cache_replicas: n,
+            cache_version: 0,
+            probe_failed: false,
+            belief: Belief::default(),
+            reserved_replicas: None,
+            reserved: Vec::new(),
+            left,
+            unprobed: 0,
+            next_slot: n,
+            unproven: Vec::new(),
+            removed_since_failure: 0,
+            probes_since_lost: u8::MAX,
+            lost_by: None,
+        }
+    }
+
+    pub fn machine(&self, slot: u8) -> Option<&Mach> {
+        self.machines.iter().find(|m| m.slot == slot)
+    }
+
+    pub fn machine_mut(&mut self, slot: u8) -> Option<&mut Mach> {
+        self.machines.iter_mut().find(|m| m.slot == slot)
+    }
+
+    pub fn member(&self, slot: u8) -> Option<&Mem> {
+        self.members.iter().find(|m| m.slot == slot)
+    }
+
+    pub fn member_mut(&mut self, slot: u8) -> Option<&mut Mem> {
+        self.members.iter_mut().find(|m| m.slot == slot)
+    }
+
+    pub fn voting(&self) -> usize {
+        self.members.iter().filter(|m| !m.learner).count()
+    }
+
+    pub fn healthy(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|m| !m.learner && m.started && m.up)
+            .count()
+    }
+
+    /// Whether etcd truly has quorum: enough voting members started and up.
+    pub fn has_quorum(&self) -> bool {
+        self.voting() > 0 && self.healthy() >= quorum(self.voting())
+    }
+
+    /// Objects the cache shows differently from the API server.
+    pub fn cache_lag(&self) -> usize {
+        let mut slots: Vec<u8> = self.machines.iter().map(|m| m.slot).collect();
+        slots.extend(self.cache_machines.iter().map(|m| m.slot));
+        slots.sort_unstable();
+        slots.dedup();
+        let machines = slots
+            .iter()
+            .filter(|s| self.machine(**s) != self.cached(**s))
+            .count();
+        machines + usize::from((self.replicas, self.version) != self.kcp_cached())
+    }
+
+    pub fn cached(&self, slot: u8) -> Option<&Mach> {
+        self.cache_machines.iter().find(|m| m.slot == slot)
+    }
+
+    pub fn kcp_cached(&self) -> (u8, u8) {
+        (self.cache_replicas, self.cache_version)
+    }
+
+    /// A member the guard's record shows healthy is down in truth: a failure it has not seen.
+    pub fn unseen_failure(&self) -> bool {
+        !self.probe_failed
+            && self
+                .view
+                .iter()
+                .flatten()
+                .any(|v| v.seen == Seen::Healthy && self.member(v.slot).is_some_and(|m| !m.up))
+    }
+
+    /// The guard's record lists other members than etcd has: a member removed or added since,
+    /// the changed member list not confirmed yet (the previous record stands until a second
+    /// probe).
+    pub fn unconfirmed_membership(&self) -> bool {
+        let recorded: Vec<u8> = self.view.iter().flatten().map(|v| v.slot).collect();
+        let truth: Vec<u8> = self.members.iter().map(|m| m.slot).collect();
+        self.view.is_some() && recorded != truth
+    }
+
+    /// Member `m{slot}` is a healthy voter, but the guard's record does not show it so (it
+    /// started, was promoted or came back since the latest probe): a deletion of its Machine
+    /// is judged on a member that no longer is.
+    pub fn unseen_recovery(&self, slot: u8) -> bool {
+        let voter = self
+            .member(slot)
+            .is_some_and(|m| m.started && m.up && !m.learner);
+        let recorded = !self.probe_failed
+            && self
+                .view
+                .iter()
+                .flatten()
+                .any(|v| v.slot == slot && v.named && !v.learner && v.seen == Seen::Healthy);
+        voter && !recorded
+    }
+
+    /// The control plane as the status enricher sees it: the cache and the latest probe.
+    pub fn enricher_view(&self) -> ControlPlane {
+        control_plane(
+            self.cache_machines.iter().map(engine_machine).collect(),
+            self.cache_replicas,
+            self.cache_version,
+            self.etcd_view(),
+        )
+    }
+
+    /// The control plane as the webhook judges a review on it: the enricher's view with the
+    /// reservations applied (as `Reservations::apply` does), and the reservations left after
+    /// dropping those the cache now shows or has seen completed.
+    pub fn webhook_view(&self, reservations: bool) -> (ControlPlane, Option<u8>, Vec<Reserved>) {
+        let mut cp = self.enricher_view();
+        if !reservations {
+            return (cp, None, Vec::new());
+        }
+        let replicas = self
+            .reserved_replicas
+            .filter(|to| self.cache_replicas < *to);
+        if let Some(to) = replicas {
+            cp.kcp.replicas = cp.kcp.replicas.max(u32::from(to));
+        }
+        let kept: Vec<Reserved> = self
+            .reserved
+            .iter()
+            .filter(|r| match self.cached(r.machine.slot) {
+                Some(m) => !m.deleting,
+                None => !r.seen_in_cache,
+            })
+            .copied()
+            .collect();
+        for r in &kept {
+            let n = name(r.machine.slot);
+            match cp.machines.iter_mut().find(|m| m.name == n) {
+                Some(m) => m.deleting = true,
+                None => {
+                    let mut m = engine_machine(&r.machine);
+                    m.deleting = true;
+                    cp.machines.push(m);
+                }
+            }
+        }
+        (cp, replicas, kept)
+    }
+
+    fn etcd_view(&self) -> EtcdState {
+        let Some(view) = &self.view else {
+            return EtcdState::Unknown {
+                reason: "no etcd probe of this cluster yet".into(),
+            };
+        };
+        let members = view
+            .iter()
+            .map(|v| {
+                let mut m = Member::new(
+                    u64::from(v.slot) + 1,
+                    if v.named { name(v.slot) } else { String::new() },
+                );
+                m.is_learner = v.learner;
+                m.health = match (self.probe_failed, v.seen) {
+                    (true, _) | (false, Seen::Unknown) => Health::Unknown,
+                    (false, Seen::Healthy) => Health::Healthy,
+                    (false, Seen::Unhealthy) => Health::Unhealthy("seen unhealthy".into()),
+                    (false, Seen::Unconfirmed) => Health::Unconfirmed("seen once".into()),
+                };
+                m
+            })
+            .collect();
+        EtcdState::Observed(EtcdSnapshot {
+            members,
+            age: Some(Duration::ZERO),
+        })
+    }
+
+    /// A member of the record, back from the engine's words.
+    pub fn record(members: &[Member]) -> Vec<ViewMem> {
+        let mut v: Vec<ViewMem> = members
+            .iter()
+            .map(|m| ViewMem {
+                slot: u8::try_from(m.id.0 - 1).expect("model member IDs are small"),
+                named: !m.name.is_empty(),
+                learner: m.is_learner,
+                seen: match m.health {
+                    Health::Healthy => Seen::Healthy,
+                    Health::Unhealthy(_) => Seen::Unhealthy,
+                    Health::Unconfirmed(_) => Seen::Unconfirmed,
+                    Health::Unknown => Seen::Unknown,
+                },
+            })
+            .collect();
+        v.sort_by_key(|m| m.slot);
+        v
+    }
+}
+
+/// The engine's Machine for a model Machine.
+pub fn engine_machine(m: &Mach) -> Machine {
+    let mut annotations = BTreeMap::new();
+    if m.remediate {
+        annotations.insert(ANNOTATION_REMEDIATE.to_string(), String::new());
+    }
+    let n = name(m.slot);
+    Machine {
+        node_name: m.node.then(|| n.clone()),
+        name: n,
+        deleting: m.deleting,
+        control_plane: true,
+        annotations,
+        created_unix: Some(if m.young { YOUNG } else { OLD }),
+    }
+}
+
+pub fn control_plane(
+    machines: Vec<Machine>,
+    replicas: u8,
+    version: u8,
+    etcd: EtcdState,
+) -> ControlPlane {
+    ControlPlane {
+        cluster: Cluster {
+            name: "c".into(),
+            deleting: false,
+        },
+        kcp: Kcp {
+            name: "kcp".into(),
+            namespace: "ns".into(),
+            replicas: u32::from(replicas),
+            etcd: EtcdTopology::Stacked,
+            max_surge: 1,
+            deleting: false,
+            version: Some(format!("v1.{version}")),
+        },
+        machines,
+        etcd,
+    }
+}
