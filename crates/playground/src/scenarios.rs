@@ -60,7 +60,7 @@ pub fn find(name: &str) -> Option<Scenario> {
 }
 
 /// Runs scenario `name` on `world`, recording expectations in `tl`; the last expectation is
-/// that nothing quorumguard published during it was false ([`truth`]).
+/// that nothing quorumguard published during it was false ([`truth`](super::truth)).
 pub async fn run(world: Arc<World>, tl: &Timeline, name: &str) -> Result<(), WorldError> {
     let watcher = watch(Arc::clone(&world), tl.clone());
     let ctl = world.etcd(|e| e.etcdctl_handle()).await?;

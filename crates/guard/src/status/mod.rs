@@ -1,7 +1,7 @@
 //! What quorumguard publishes in a KubeadmControlPlane's `status.conditions`: the etcd member
 //! table KCP's own status lacks, and the single next safe action.
 //!
-//! [`conditions`] is pure: the status writer passes the control plane, the latest probe error and
+//! [`conditions`](mod@conditions) is pure: the status writer passes the control plane, the latest probe error and
 //! the time in, and writes only when [`merge`] says something changed.
 
 pub mod conditions;

@@ -71,7 +71,7 @@ pub(super) async fn etcd_says(world: &World, tl: &Timeline) {
 }
 
 /// Prints the published conditions if they changed since last shown: the reasons, the figures
-/// line and the action's message (the member table is left to [`print_table`]; raft index and DB
+/// line and the action's message (the member table is left to `print_table`; raft index and DB
 /// size change with every probe).
 pub fn show_status(tl: &Timeline, c: &Conditions) {
     let Some(q) = &c.quorum else {

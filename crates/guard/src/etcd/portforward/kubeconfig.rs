@@ -98,8 +98,8 @@ fn check_inline_only(kc: &Kubeconfig) -> Result<(), String> {
 
 impl PortForward {
     /// From the workload kubeconfig of Cluster `namespace/cluster` (the text of Secret
-    /// `<cluster>-kubeconfig`, key `value`). Only inline credentials are accepted (see
-    /// [`check_inline_only`]).
+    /// `<cluster>-kubeconfig`, key `value`). Only inline credentials are accepted: a kubeconfig
+    /// naming files, an exec plugin or an auth provider is refused, naming the field.
     pub async fn from_kubeconfig(
         yaml: &str,
         namespace: &str,
