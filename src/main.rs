@@ -1,3 +1,6 @@
+//! The `quorumguard` binary: parses the command line ([`quorumguard::cli`]) and maps what the
+//! command returns to an exit status. Nothing else lives here.
+
 use std::process::ExitCode;
 
 use quorumguard::cli::{self, EXIT_BAD_INPUT};
