@@ -141,6 +141,10 @@ pub struct Envtest {
 impl Envtest {
     /// Starts etcd and kube-apiserver from `assets` and installs the Cluster API CRDs; waits
     /// (bounded by [`START_WAIT`]) until the server is ready and the CRDs are established.
+    #[expect(
+        clippy::await_holding_lock,
+        reason = "the slot is held on purpose for the server's whole life: one at a time"
+    )]
     pub async fn start(assets: &Assets) -> Envtest {
         let slot = slot();
         static SEQ: AtomicU64 = AtomicU64::new(0);

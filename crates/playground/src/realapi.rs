@@ -228,13 +228,12 @@ impl RealApi {
             std::fs::create_dir_all(&path).map_err(|source| RealApiError::Write { path, source })
         };
         mkdir(dir.join("etcd"))?;
-        let write = |name: &str, text: &str| -> Result<String, RealApiError> {
+        let write = |name: &str, text: &str| {
             let path = dir.join(name);
-            std::fs::write(&path, text).map_err(|source| RealApiError::Write {
-                path: path.clone(),
-                source,
-            })?;
-            Ok(path.display().to_string())
+            match std::fs::write(&path, text) {
+                Ok(()) => Ok(path.display().to_string()),
+                Err(source) => Err(RealApiError::Write { path, source }),
+            }
         };
         let ca = pki::Ca::new()?;
         let serving = ca.loopback_server("kube-apiserver", &["kubernetes.default.svc"])?;

@@ -21,14 +21,9 @@ impl World {
             serde_json::from_value(machine_object(name, version, &kcp_uid(&self.api))).map_err(
                 |e| WorldError::Other(format!("building Machine {NAMESPACE}/{name}: {e}")),
             )?;
-        let written = api
-            .create(&Default::default(), &object)
+        let written = api.create(&Default::default(), &object).await;
+        self.machine_written(written, || format!("creating Machine {NAMESPACE}/{name}"))
             .await
-            .map_err(|source| WorldError::Api {
-                what: format!("creating Machine {NAMESPACE}/{name}"),
-                source,
-            })?;
-        self.api.seen(&machine_resource(), Some(&written)).await
     }
 
     /// Sets Machine `name`'s node to its own name (node == member name), as the Machine
@@ -42,12 +37,11 @@ impl World {
         let status = json!({"status": {"nodeRef": {"name": name}, "phase": "Running"}});
         let written = api
             .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
-            .await
-            .map_err(|source| WorldError::Api {
-                what: format!("setting Machine {NAMESPACE}/{name}'s node"),
-                source,
-            })?;
-        self.api.seen(&machine_resource(), Some(&written)).await
+            .await;
+        self.machine_written(written, || {
+            format!("setting Machine {NAMESPACE}/{name}'s node")
+        })
+        .await
     }
 
     /// Deletes Machine `name` as `user` through the API (and so through the webhook). `Ok(Err)`
@@ -113,11 +107,23 @@ impl World {
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "metadata": metadata })),
             )
+            .await;
+        self.machine_written(written, || format!("updating Machine {NAMESPACE}/{name}"))
             .await
-            .map_err(|source| WorldError::Api {
-                what: format!("updating Machine {NAMESPACE}/{name}"),
-                source,
-            })?;
+    }
+}
+
+impl World {
+    /// A Machine written: the API's error, or waiting until the world's reads have seen it.
+    async fn machine_written(
+        &self,
+        written: kube::Result<DynamicObject>,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), WorldError> {
+        let written = written.map_err(|source| WorldError::Api {
+            what: what(),
+            source,
+        })?;
         self.api.seen(&machine_resource(), Some(&written)).await
     }
 }
