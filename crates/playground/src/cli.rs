@@ -60,8 +60,9 @@ pub struct PlaygroundArgs {
     #[arg(long, value_name = "PATH")]
     pub kube_apiserver: Option<PathBuf>,
     /// The Cluster API CRDs to install on the real kube-apiserver: a directory with
-    /// cluster-api v1.14's Cluster, Machine and KubeadmControlPlane CRD files.
-    #[arg(long, value_name = "DIR", env = "QUORUMGUARD_CAPI_CRDS")]
+    /// cluster-api v1.14's Cluster, Machine and KubeadmControlPlane CRD files (default: the
+    /// directory in QUORUMGUARD_CAPI_CRDS).
+    #[arg(long, value_name = "DIR")]
     pub capi_crds: Option<PathBuf>,
     /// quorumguard's logs on stderr (tracing EnvFilter syntax, e.g. "info"); off by default so
     /// the timeline stays readable.
@@ -178,7 +179,12 @@ fn real_api_plan(args: &PlaygroundArgs) -> anyhow::Result<Option<RealApiPlan>> {
     }
     let assets = Assets::find(args.kube_apiserver.as_deref())
         .context("--real-apiserver needs a kube-apiserver")?;
-    let Some(crds) = args.capi_crds.clone() else {
+    let from_env = || std::env::var_os(CRDS_VAR).filter(|d| !d.is_empty());
+    let Some(crds) = args
+        .capi_crds
+        .clone()
+        .or_else(|| from_env().map(PathBuf::from))
+    else {
         anyhow::bail!(
             "--real-apiserver needs the Cluster API CRDs: pass --capi-crds DIR or set \
              {CRDS_VAR} to a directory holding {CRD_FILES}"
