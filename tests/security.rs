@@ -477,6 +477,8 @@ async fn secret_contents_and_keys_never_reach_the_logs_or_metrics() {
     // The guard did read the etcd CA Secret (so its contents were in its hands).
     let secret_reads = world
         .api
+        .stand_in()
+        .expect("the playground runs on the stand-in")
         .requests()
         .iter()
         .filter(|r| r.verb == "get" && r.path.contains("/secrets/"))

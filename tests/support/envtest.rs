@@ -26,26 +26,22 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
-use std::os::unix::fs::PermissionsExt;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::ByteString;
+use kube::Client;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::Scope;
-use kube::{Client, Config};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    SanType,
-};
+use quorumguard::playground::realapi::{self, RealApi};
 use serde_json::{Value, json};
 
 use super::https::{TestPki, try_get_plain};
+
+pub use quorumguard::playground::realapi::{Assets, START_WAIT, webhook_at};
 
 /// The envtest variable: a directory holding `kube-apiserver` and `etcd`.
 pub const ASSETS_VAR: &str = "KUBEBUILDER_ASSETS";
@@ -56,9 +52,6 @@ pub const CRDS_VAR: &str = "QUORUMGUARD_CAPI_CRDS";
 /// Keep the API server's directory (certificates, logs, audit log) after the test.
 pub const KEEP_VAR: &str = "QG_KEEP_ENVTEST";
 
-/// How long etcd and then kube-apiserver may take to become ready (it takes about 4 s idle; a
-/// loaded 2-core machine is slower).
-pub const START_WAIT: Duration = Duration::from_secs(90);
 /// How long `serve` may take to report ready. Generous: readiness may wait for its first etcd
 /// sweep, and the machine is shared.
 pub const READY_WAIT: Duration = Duration::from_secs(60);
@@ -70,11 +63,9 @@ pub const SERVICE_ACCOUNT: &str = "system:serviceaccount:quorumguard-system:quor
 
 static SLOT: Mutex<()> = Mutex::new(());
 
-/// Where the binaries are.
-#[derive(Clone, Debug)]
-pub struct Assets {
-    pub kube_apiserver: PathBuf,
-    pub etcd: PathBuf,
+/// The one-API-server-at-a-time slot, for a test that starts one through the playground.
+pub fn slot() -> MutexGuard<'static, ()> {
+    SLOT.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The assets named by `KUBEBUILDER_ASSETS`; `None` (after printing one line saying that `test`
@@ -96,20 +87,8 @@ pub fn assets(test: &str) -> Option<Assets> {
         );
         return None;
     };
-    let dir = PathBuf::from(dir);
-    let assets = Assets {
-        kube_apiserver: dir.join("kube-apiserver"),
-        etcd: dir.join("etcd"),
-    };
-    for binary in [&assets.kube_apiserver, &assets.etcd] {
-        let executable = fs::metadata(binary).is_ok_and(|m| m.permissions().mode() & 0o111 != 0);
-        assert!(
-            executable,
-            "{ASSETS_VAR}={}: no executable {} there (it needs kube-apiserver and etcd)",
-            dir.display(),
-            binary.display()
-        );
-    }
+    let assets = Assets::in_dir(Path::new(&dir))
+        .unwrap_or_else(|e| panic!("{ASSETS_VAR}={}: {e}", Path::new(&dir).display()));
     Some(assets)
 }
 
@@ -133,152 +112,25 @@ pub fn capi_crds_dir() -> PathBuf {
 
 /// A port free on 127.0.0.1 right now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on 127.0.0.1")
+    realapi::free_port().expect("a free port on 127.0.0.1")
 }
 
-/// A child process killed (SIGKILL) and reaped when dropped.
-pub struct Proc {
-    name: String,
-    child: Option<Child>,
-    pub log: PathBuf,
+/// A child process killed (SIGKILL) and reaped when dropped: the playground's.
+pub use quorumguard::playground::realapi::{Proc, tail};
+
+/// [`Proc::spawn`], failing the test when it cannot start.
+pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> Proc {
+    Proc::spawn(program, args, log)
+        .unwrap_or_else(|e| panic!("start {name} ({}): {e}", program.display()))
 }
 
-impl Proc {
-    /// Starts `program` with `args`, stdout and stderr appended to `log`, stdin closed, dying
-    /// with the test process ([`quorumguard::playground::child`]).
-    pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> Proc {
-        let out = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
-        let err = out.try_clone().expect("clone the log file");
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
-        let child = quorumguard::playground::child::spawn(command)
-            .unwrap_or_else(|e| panic!("start {name} ({}): {e}", program.display()));
-        Proc {
-            name: name.to_string(),
-            child: Some(child),
-            log: log.to_path_buf(),
-        }
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Whether the process still runs (reaps it if it has exited).
-    pub fn is_running(&mut self) -> bool {
-        match self.child.as_mut().map(Child::try_wait) {
-            Some(Ok(None)) => true,
-            Some(_) => {
-                self.child = None;
-                false
-            }
-            None => false,
-        }
-    }
-
-    /// SIGKILL, then reap.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// The last `n` lines of the log.
-    pub fn tail(&self, n: usize) -> String {
-        tail(&self.log, n)
-    }
-
-    /// The whole log.
-    pub fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// The last `n` lines of a file.
-pub fn tail(path: &Path, n: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// A CA that signs the API server's serving certificate and its clients' certificates.
-struct Ca {
-    pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new() -> Ca {
-        let key = KeyPair::generate().expect("CA key");
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "envtest-ca");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let cert = params.self_signed(&key).expect("CA");
-        Ca {
-            pem: cert.pem(),
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// A certificate and its key (PEM): for a client (CN = user, O = groups) or a server.
-    fn sign(
-        &self,
-        cn: &str,
-        groups: &[&str],
-        sans: Vec<SanType>,
-        usage: ExtendedKeyUsagePurpose,
-    ) -> (String, String) {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.distinguished_name.push(DnType::CommonName, cn);
-        for g in groups {
-            params.distinguished_name.push(DnType::OrganizationName, *g);
-        }
-        params.subject_alt_names = sans;
-        params.extended_key_usages = vec![usage];
-        let now = std::time::SystemTime::now();
-        params.not_before = (now - Duration::from_secs(3600)).into();
-        params.not_after = (now + Duration::from_secs(2 * 86_400)).into();
-        let cert = params.signed_by(&key, &self.issuer).expect("sign");
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
-fn b64(bytes: &[u8]) -> Value {
-    // k8s-openapi's ByteString serializes as base64: no base64 crate needed.
-    serde_json::to_value(ByteString(bytes.to_vec())).expect("base64")
-}
-
-/// A running etcd + kube-apiserver with the Cluster API CRDs installed.
+/// A running etcd + kube-apiserver with the Cluster API CRDs installed: the playground's
+/// [`RealApi`], one at a time, its directory removed afterwards.
 pub struct Envtest {
-    // Dropped in this order: the API server, its etcd, then the directory, then the slot.
-    apiserver: Proc,
-    etcd: Proc,
+    api: RealApi,
     dir: PathBuf,
     /// `https://127.0.0.1:PORT`.
     pub url: String,
-    ca: Ca,
-    admin: (String, String),
     /// A kubeconfig acting as the admin (`system:masters`), for kubectl and clients.
     pub admin_kubeconfig: PathBuf,
     /// The API server's audit log (JSON lines, one per request at Metadata level).
@@ -289,8 +141,12 @@ pub struct Envtest {
 impl Envtest {
     /// Starts etcd and kube-apiserver from `assets` and installs the Cluster API CRDs; waits
     /// (bounded by [`START_WAIT`]) until the server is ready and the CRDs are established.
+    #[expect(
+        clippy::await_holding_lock,
+        reason = "the slot is held on purpose for the server's whole life: one at a time"
+    )]
     pub async fn start(assets: &Assets) -> Envtest {
-        let slot = SLOT.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = slot();
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
             "quorumguard-envtest-{}-{}",
@@ -298,182 +154,16 @@ impl Envtest {
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(dir.join("etcd")).expect("create the envtest directory");
-
-        let ca = Ca::new();
-        let serving = ca.sign(
-            "kube-apiserver",
-            &[],
-            vec![
-                SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()),
-                SanType::DnsName("localhost".try_into().expect("dns name")),
-                SanType::DnsName("kubernetes.default.svc".try_into().expect("dns name")),
-            ],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        );
-        let admin = ca.sign(
-            "envtest-admin",
-            &["system:masters"],
-            Vec::new(),
-            ExtendedKeyUsagePurpose::ClientAuth,
-        );
-        let sa_key = KeyPair::generate().expect("service-account key");
-        let write = |name: &str, text: &str| {
-            let path = dir.join(name);
-            fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-            path.display().to_string()
-        };
-        let ca_file = write("ca.crt", &ca.pem);
-        let cert_file = write("apiserver.crt", &serving.0);
-        let key_file = write("apiserver.key", &serving.1);
-        let sa_private = write("sa.key", &sa_key.serialize_pem());
-        let sa_public = write("sa.pub", &sa_key.public_key_pem());
-        // Metadata for every request but the server's own loopback traffic.
-        let policy = write(
-            "audit-policy.yaml",
-            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
-             - level: None\n  users: [\"system:apiserver\"]\n- level: Metadata\n",
-        );
-        let audit_log = dir.join("audit.log");
-
-        let etcd_port = free_port();
-        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-        let peer_url = format!("http://127.0.0.1:{}", free_port());
-        let etcd = Proc::spawn(
-            "etcd",
-            &assets.etcd,
-            &[
-                "--name=envtest".to_string(),
-                format!("--data-dir={}", dir.join("etcd").display()),
-                format!("--listen-client-urls={etcd_url}"),
-                format!("--advertise-client-urls={etcd_url}"),
-                format!("--listen-peer-urls={peer_url}"),
-                format!("--initial-advertise-peer-urls={peer_url}"),
-                format!("--initial-cluster=envtest={peer_url}"),
-                "--logger=zap".to_string(),
-                "--log-outputs=stderr".to_string(),
-            ],
-            &dir.join("etcd.log"),
-        );
-        let port = free_port();
-        let url = format!("https://127.0.0.1:{port}");
-        let apiserver = Proc::spawn(
-            "kube-apiserver",
-            &assets.kube_apiserver,
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".to_string(),
-                format!("--secure-port={port}"),
-                "--advertise-address=127.0.0.1".to_string(),
-                "--endpoint-reconciler-type=none".to_string(),
-                format!("--cert-dir={}", dir.display()),
-                format!("--tls-cert-file={cert_file}"),
-                format!("--tls-private-key-file={key_file}"),
-                format!("--client-ca-file={ca_file}"),
-                "--authorization-mode=Node,RBAC".to_string(),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
-                format!("--service-account-key-file={sa_public}"),
-                format!("--service-account-signing-key-file={sa_private}"),
-                "--service-cluster-ip-range=10.96.0.0/12".to_string(),
-                "--enable-admission-plugins=NamespaceLifecycle,ValidatingAdmissionWebhook,\
-                 MutatingAdmissionWebhook"
-                    .to_string(),
-                "--allow-privileged=true".to_string(),
-                format!("--audit-policy-file={policy}"),
-                format!("--audit-log-path={}", audit_log.display()),
-                "--audit-log-format=json".to_string(),
-            ],
-            &dir.join("kube-apiserver.log"),
-        );
-        let mut env = Envtest {
-            apiserver,
-            etcd,
-            dir: dir.clone(),
-            url,
-            ca,
-            admin,
-            admin_kubeconfig: dir.join("admin.kubeconfig"),
-            audit_log,
+        let api = RealApi::start(assets, &capi_crds_dir(), &dir)
+            .await
+            .unwrap_or_else(|e| panic!("starting the real API server: {e}"));
+        Envtest {
+            url: api.url.clone(),
+            admin_kubeconfig: api.admin_kubeconfig.clone(),
+            audit_log: api.audit_log.clone(),
+            api,
+            dir,
             _slot: slot,
-        };
-        fs::write(&env.admin_kubeconfig, env.kubeconfig_text(None)).expect("write kubeconfig");
-        env.wait_etcd(etcd_port).await;
-        env.wait_ready().await;
-        env.install_crds().await;
-        env
-    }
-
-    async fn wait_etcd(&mut self, port: u16) {
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        wait_up(&mut self.etcd, "envtest etcd", START_WAIT, || async move {
-            match try_get_plain(addr, "/health").await {
-                Ok((code, body)) if code.is_success() && body.contains("true") => Ok(()),
-                Ok((code, body)) => Err(format!("{code}: {}", body.trim())),
-                Err(e) => Err(e),
-            }
-        })
-        .await;
-    }
-
-    async fn wait_ready(&mut self) {
-        let client = self.client().await;
-        wait_up(&mut self.apiserver, "kube-apiserver", START_WAIT, || {
-            let client = client.clone();
-            async move {
-                let request = hyper::Request::get("/readyz")
-                    .body(Vec::new())
-                    .map_err(|e| e.to_string())?;
-                match tokio::time::timeout(Duration::from_secs(5), client.request_text(request))
-                    .await
-                {
-                    Ok(Ok(body)) if body.trim() == "ok" => Ok(()),
-                    Ok(Ok(body)) => Err(body),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(_) => Err("no answer within 5 s".to_string()),
-                }
-            }
-        })
-        .await;
-    }
-
-    /// Creates the Cluster API CRDs and waits until each is established.
-    async fn install_crds(&self) {
-        let dir = capi_crds_dir();
-        let client = self.client().await;
-        let crds = crd_api(&client);
-        let mut names = Vec::new();
-        let mut files: Vec<PathBuf> = fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-            .collect();
-        files.sort();
-        assert!(!files.is_empty(), "no CRD files in {}", dir.display());
-        for file in files {
-            let text = fs::read_to_string(&file).expect("read a CRD");
-            for crd in super::manifests::parse_yaml(&text) {
-                let object: DynamicObject = serde_json::from_value(crd).expect("a CRD object");
-                let name = object.metadata.name.clone().expect("CRD name");
-                crds.create(&PostParams::default(), &object)
-                    .await
-                    .unwrap_or_else(|e| panic!("create CRD {name}: {e}"));
-                names.push(name);
-            }
-        }
-        for name in names {
-            self.eventually(&format!("CRD {name} established"), START_WAIT, || {
-                let crds = crds.clone();
-                let name = name.clone();
-                async move {
-                    let crd = crds.get(&name).await.ok()?;
-                    let conditions = crd.data["status"]["conditions"].as_array()?.clone();
-                    conditions
-                        .iter()
-                        .any(|c| c["type"] == "Established" && c["status"] == "True")
-                        .then_some(())
-                }
-            })
-            .await;
         }
     }
 
@@ -484,48 +174,22 @@ impl Envtest {
 
     /// The CA that signed the API server's certificate (PEM).
     pub fn ca_pem(&self) -> &str {
-        &self.ca.pem
-    }
-
-    /// A kubeconfig for the admin, acting as `as_user` (impersonation) when given.
-    fn kubeconfig_text(&self, as_user: Option<&str>) -> String {
-        let mut user = json!({
-            "client-certificate-data": b64(self.admin.0.as_bytes()),
-            "client-key-data": b64(self.admin.1.as_bytes()),
-        });
-        if let Some(u) = as_user {
-            user["as"] = json!(u);
-        }
-        let config = json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "envtest", "cluster": {
-                "server": self.url,
-                "certificate-authority-data": b64(self.ca.pem.as_bytes()),
-            }}],
-            "users": [{"name": "envtest", "user": user}],
-            "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "envtest"}}],
-            "current-context": "envtest",
-        });
-        serde_yaml::to_string(&config).expect("kubeconfig YAML")
+        self.api.ca_pem()
     }
 
     /// Writes a kubeconfig acting as `user` through impersonation (the admin's certificate with
     /// `as: user`; for a service account the API server adds its groups) and returns its path.
     pub fn kubeconfig_as(&self, user: &str) -> PathBuf {
-        let file = self
-            .dir
-            .join(format!("{}.kubeconfig", user.replace([':', '/'], "_")));
-        fs::write(&file, self.kubeconfig_text(Some(user))).expect("write kubeconfig");
-        file
+        self.api
+            .kubeconfig_as(user)
+            .unwrap_or_else(|e| panic!("kubeconfig as {user}: {e}"))
     }
 
     /// A client for `kubeconfig`.
     pub async fn client_from(kubeconfig: &Path) -> Client {
-        let kc = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
-        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        let config = RealApi::config_from(kubeconfig)
             .await
-            .expect("kubeconfig");
+            .unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()));
         Client::try_from(config).expect("client")
     }
 
@@ -538,12 +202,11 @@ impl Envtest {
     /// webhook sees the user's name, and RBAC lets it do whatever a test asks (a person with
     /// the rights to delete Machines, a controller with its own).
     pub async fn client_as(&self, user: &str) -> Client {
-        let kc = Kubeconfig::read_from(&self.admin_kubeconfig).expect("read kubeconfig");
-        let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        let config = self
+            .api
+            .config_as(user)
             .await
-            .expect("kubeconfig");
-        config.auth_info.impersonate = Some(user.to_string());
-        config.auth_info.impersonate_groups = Some(vec!["system:masters".to_string()]);
+            .unwrap_or_else(|e| panic!("a client as {user}: {e}"));
         Client::try_from(config).expect("client")
     }
 
@@ -616,51 +279,24 @@ where
 
 /// Polls `probe` every 100 ms until it yields, for at most `bound` (and 1,000 polls); `None`
 /// when it never did.
-pub async fn poll<T, F, Fut>(bound: Duration, mut probe: F) -> Option<T>
+pub async fn poll<T, F, Fut>(bound: Duration, probe: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + bound;
-    for _ in 0..1_000 {
-        if let Some(v) = probe().await {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    None
+    realapi::poll(bound, probe).await
 }
 
 /// Polls `probe` every 100 ms until it answers `Ok`, for at most `bound`; fails the test with
 /// the last answer and the tail of `proc`'s log when the time is up or the process exits.
-async fn wait_up<F, Fut>(proc: &mut Proc, what: &str, bound: Duration, mut probe: F)
+async fn wait_up<F, Fut>(proc: &mut Proc, what: &str, bound: Duration, probe: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
-    let deadline = Instant::now() + bound;
-    let mut last = String::new();
-    for _ in 0..2_000 {
-        match probe().await {
-            Ok(()) => return,
-            Err(e) => last = e,
-        }
-        assert!(
-            proc.is_running(),
-            "{what} exited before it was ready:\n{}",
-            proc.tail(40)
-        );
-        assert!(
-            Instant::now() < deadline,
-            "{what} not ready within {bound:?} ({last}):\n{}",
-            proc.tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    if let Err(e) = realapi::wait_up(proc, what, bound, probe).await {
+        panic!("{e}");
     }
-    panic!("{what} never became ready ({last})");
 }
 
 impl Drop for Envtest {
@@ -669,23 +305,16 @@ impl Drop for Envtest {
             eprintln!(
                 "kube-apiserver log (last lines), in {}:\n{}",
                 self.dir.display(),
-                self.apiserver.tail(25)
+                self.api.apiserver_log_tail(25)
             );
         }
-        self.apiserver.kill();
-        self.etcd.kill();
+        self.api.stop();
         if std::env::var_os(KEEP_VAR).is_some() {
             eprintln!("kept {}", self.dir.display());
         } else {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
-}
-
-fn crd_api(client: &Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
-    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "customresourcedefinitions");
-    Api::all_with(client.clone(), &ar)
 }
 
 /// The API for `object`'s kind (found by discovery), in its namespace when it has one.
@@ -767,24 +396,6 @@ pub async fn namespace(client: &Client, name: &str) {
     .await;
 }
 
-/// The rendered ValidatingWebhookConfiguration with every webhook's `clientConfig` pointed at
-/// `addr` over loopback (`url` with the same path, and `caBundle`), as the issue's manual run
-/// did: kube-apiserver then calls it directly, no Service needed.
-pub fn webhook_at(vwc: &Value, addr: SocketAddr, ca_pem: &str) -> Value {
-    let mut vwc = vwc.clone();
-    for w in vwc["webhooks"].as_array_mut().expect("webhooks") {
-        let path = w["clientConfig"]["service"]["path"]
-            .as_str()
-            .expect("clientConfig.service.path")
-            .to_string();
-        w["clientConfig"] = json!({
-            "url": format!("https://{addr}{path}"),
-            "caBundle": b64(ca_pem.as_bytes()),
-        });
-    }
-    vwc
-}
-
 /// `quorumguard serve` as a child process: the binary users run, against the real API server.
 pub struct Serve {
     proc: Proc,
@@ -823,7 +434,7 @@ impl Serve {
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let log = dir.join(format!("serve-{name}.log"));
-        let proc = Proc::spawn(
+        let proc = spawn(
             &format!("serve {name}"),
             Path::new(env!("CARGO_BIN_EXE_quorumguard")),
             &args,
@@ -853,7 +464,7 @@ impl Serve {
                 .expect("serve log"),
             "--- restarted by the test ---"
         );
-        self.proc = Proc::spawn(
+        self.proc = spawn(
             &format!("serve {}", self.name),
             Path::new(env!("CARGO_BIN_EXE_quorumguard")),
             &self.args,

@@ -14,15 +14,21 @@ use clap::Args;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::kcp::{KcpController, Step, Style};
+use crate::realapi::{Assets, CRD_FILES, CRDS_VAR, crd_files};
 use crate::scenarios::{self, DEFAULT_SCENARIO, SCENARIOS};
 use crate::telemetry::{self, LogFormat};
 use crate::timeline::{Sink, Timeline};
-use crate::world::{CLUSTER, KCP, NAMESPACE, World, WorldOptions};
+use crate::world::{CLUSTER, KCP, NAMESPACE, RealApiPlan, World, WorldOptions};
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Needs etcd and etcdctl on PATH (Debian: etcd-server, etcd-client) and openssl; scripts/try.sh
 installs them. Everything listens on 127.0.0.1 only and is stopped on exit, also on Ctrl-C.
+
+With --real-apiserver (or --kube-apiserver PATH) the same stories run on a real kube-apiserver
+started for the run (KUBEBUILDER_ASSETS: a directory with kube-apiserver and etcd, as
+setup-envtest lays it out) with the Cluster API CRDs of --capi-crds installed; see
+docs/playground.md, section On a real kube-apiserver.
 
 Exit status: 0 when every expectation of the scenario held (or, with --keep, on Ctrl-C),
 1 when one did not, 2 when the playground could not start (the error says why).")]
@@ -44,6 +50,20 @@ pub struct PlaygroundArgs {
     /// quorumguard's probe interval.
     #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = quorumguard_guard::cli::duration)]
     pub probe_interval: Duration,
+    /// Run on a real kube-apiserver instead of the embedded stand-in: kube-apiserver and its
+    /// etcd from KUBEBUILDER_ASSETS (setup-envtest's directory), started on loopback for the
+    /// run. Needs --capi-crds.
+    #[arg(long)]
+    pub real_apiserver: bool,
+    /// The kube-apiserver binary to run on (implies --real-apiserver); its storage etcd comes
+    /// from KUBEBUILDER_ASSETS, else PATH.
+    #[arg(long, value_name = "PATH")]
+    pub kube_apiserver: Option<PathBuf>,
+    /// The Cluster API CRDs to install on the real kube-apiserver: a directory with
+    /// cluster-api v1.14's Cluster, Machine and KubeadmControlPlane CRD files (default: the
+    /// directory in QUORUMGUARD_CAPI_CRDS).
+    #[arg(long, value_name = "DIR")]
+    pub capi_crds: Option<PathBuf>,
     /// quorumguard's logs on stderr (tracing EnvFilter syntax, e.g. "info"); off by default so
     /// the timeline stays readable.
     #[arg(long, value_name = "FILTER")]
@@ -70,6 +90,7 @@ pub fn run(args: &PlaygroundArgs) -> anyhow::Result<ExitCode> {
             names.join(", ")
         );
     };
+    let real_api = real_api_plan(args)?;
     if let Some(filter) = &args.log {
         telemetry::init_logging(LogFormat::Text, filter).context("setting up logging")?;
     }
@@ -98,6 +119,7 @@ pub fn run(args: &PlaygroundArgs) -> anyhow::Result<ExitCode> {
         }
         let options = WorldOptions {
             probe_interval: args.probe_interval,
+            real_api,
             ..WorldOptions::new(dir.clone())
         };
         let world = tokio::select! {
@@ -149,6 +171,29 @@ enum Outcome {
     Interrupted,
 }
 
+/// The real kube-apiserver to run on, when asked for: its binaries and the CRDs must be there
+/// (an error says what is missing and how to get it, never a fallback to the stand-in).
+fn real_api_plan(args: &PlaygroundArgs) -> anyhow::Result<Option<RealApiPlan>> {
+    if !args.real_apiserver && args.kube_apiserver.is_none() {
+        return Ok(None);
+    }
+    let assets = Assets::find(args.kube_apiserver.as_deref())
+        .context("--real-apiserver needs a kube-apiserver")?;
+    let from_env = || std::env::var_os(CRDS_VAR).filter(|d| !d.is_empty());
+    let Some(crds) = args
+        .capi_crds
+        .clone()
+        .or_else(|| from_env().map(PathBuf::from))
+    else {
+        anyhow::bail!(
+            "--real-apiserver needs the Cluster API CRDs: pass --capi-crds DIR or set \
+             {CRDS_VAR} to a directory holding {CRD_FILES}"
+        );
+    };
+    crd_files(&crds).context("--real-apiserver needs the Cluster API CRDs")?;
+    Ok(Some(RealApiPlan { assets, crds }))
+}
+
 async fn start(options: WorldOptions, tl: &Timeline) -> anyhow::Result<World> {
     let progress = std::sync::Mutex::new(None);
     let world = World::start(options, |what| {
@@ -165,6 +210,16 @@ async fn start(options: WorldOptions, tl: &Timeline) -> anyhow::Result<World> {
         .server_addrs()
         .context("quorumguard stopped right after starting")?;
     let endpoints = world.etcd_says().await.unwrap_or_else(|e| e.to_string());
+    if world.api.stand_in().is_none() {
+        tl.event(
+            "setup",
+            &format!(
+                "ready: etcd {endpoints}\nkube-apiserver {} (real, started for this run) holds Cluster {NAMESPACE}/{CLUSTER}, KubeadmControlPlane {KCP} (3 replicas) and 3 Machines\nquorumguard webhook https://{webhook} (registered from manifests/core/validatingwebhookconfiguration.yaml; kube-apiserver calls it through a recording relay), metrics http://{admin}/metrics",
+                world.api.url()
+            ),
+        );
+        return Ok(world);
+    }
     tl.event(
         "setup",
         &format!(
@@ -230,6 +285,12 @@ async fn keep_running(world: &Arc<World>, tl: &Timeline) -> anyhow::Result<()> {
     for (name, pid) in &pids {
         text.push_str(&format!(
             "  kill -STOP {pid}   # freeze {name}      kill -CONT {pid}   # resume it\n"
+        ));
+    }
+    if world.api.stand_in().is_none() {
+        text.push_str(&format!(
+            "\nThis is a real kube-apiserver ({}): the kubeconfig acts as its admin (system:masters), and\nkubectl shows its own tables, Events (kubectl get events) and CEL.\n",
+            world.api.url()
         ));
     }
     text.push_str(

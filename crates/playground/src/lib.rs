@@ -21,6 +21,8 @@
 //!   CA shaped like Cluster API's `<cluster>-etcd` Secret, and the faults the playground and
 //!   the tests need: freeze (SIGSTOP), thaw, kill, remove a member, add and start a member or
 //!   a learner, promote it.
+//! - [`realapi`]: a real kube-apiserver and its etcd on loopback (envtest's binaries) with the
+//!   Cluster API CRDs installed, for `quorumguard playground --real-apiserver` and the tests.
 //! - [`child`]: child processes that die with this process even when it is SIGKILLed.
 //! - [`truth`]: every status quorumguard publishes during a story, checked against what etcd
 //!   itself (etcdctl, not quorumguard's prober) said around that moment.
@@ -37,6 +39,7 @@ pub mod child;
 pub mod cli;
 pub mod etcd;
 pub mod kcp;
+pub mod realapi;
 pub mod scenarios;
 pub mod timeline;
 pub mod truth;
@@ -45,4 +48,4 @@ pub mod world;
 
 // The guard's modules under the names the playground's code has always used (`crate::etcd`,
 // `crate::server`, ...): the playground drives the real guard, never a copy of it.
-use quorumguard_guard::{certs, engine, server, status, telemetry, unix_now};
+use quorumguard_guard::{certs, engine, server, status, telemetry, tls, unix_now};

@@ -19,6 +19,7 @@ mod stories;
 mod wait;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::timeline::Timeline;
 use super::truth::Truth;
@@ -69,6 +70,9 @@ pub async fn run(world: Arc<World>, tl: &Timeline, name: &str) -> Result<(), Wor
         move || world.etcd_endpoints()
     };
     let truth = Truth::start(Arc::clone(&world), ctl, seeds);
+    if world.api.stand_in().is_none() {
+        truth.first_sample(Duration::from_secs(5)).await;
+    }
     let result = match name {
         "upgrade-stuck" => upgrade_stuck(&world, tl).await,
         "unsafe-manual-delete" => unsafe_manual_delete(&world, tl).await,

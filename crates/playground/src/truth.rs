@@ -422,6 +422,15 @@ impl Truth {
         }
     }
 
+    /// Waits (at most `bound`) until etcd has answered once: else a story on a real API server
+    /// (ready well after the first status) may act before etcd was ever sampled.
+    pub async fn first_sample(&self, bound: Duration) {
+        let deadline = tokio::time::Instant::now() + bound;
+        while lock(&self.samples).is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// How far back etcd's answers count for a change (see the module documentation).
     pub fn lag(&self) -> Duration {
         self.lag

@@ -80,6 +80,7 @@ mod answer;
 mod dispatcher;
 mod failure;
 mod hook;
+mod relay;
 mod review;
 mod selector;
 #[cfg(test)]
@@ -91,6 +92,7 @@ use std::time::{Duration, SystemTime};
 use super::apiserver::Operation;
 
 pub use dispatcher::WebhookDispatcher;
+pub use relay::Relay;
 pub use review::review_request;
 
 /// The repo's ValidatingWebhookConfiguration, as `kubectl apply -k manifests/` installs it.

@@ -18,8 +18,17 @@
 //!   ValidatingWebhookConfiguration in `manifests/` ([`super::webhooks`]), with a serving
 //!   certificate issued for the Service's DNS name by a CA made for this run.
 //!
+//! With [`WorldOptions::real_api`] the same world runs on a real kube-apiserver started for the
+//! run ([`crate::realapi`]) instead of the stand-in: the objects are created through its API
+//! (and so pass the CRDs' schemas), the repo's ValidatingWebhookConfiguration is registered
+//! there and kube-apiserver itself calls the webhook, through a recording relay that logs each
+//! call as the dispatcher logs its own ([`crate::webhooks::Relay`]).
+//!
 //! This file holds the names the world uses, its options, and [`World`] itself: starting it,
 //! its timings, and stopping it. The rest, one file each under `world/`:
+//! - `backend.rs`: the stand-in or the real server under one face: reads, clients acting as a
+//!   user, waiting until a write is seen.
+//! - `real.rs`: starting the real server, and its webhook registration and relay.
 //! - `serve.rs`: quorumguard serve as the world runs it (in process or as a child), killed,
 //!   restarted and waited for, and the Lease it holds.
 //! - `child_serve.rs`: `quorumguard serve` as a child process: its flags, spawning it, waiting
@@ -33,10 +42,12 @@
 //! - `members.rs`: the etcd cluster under the world: what it lists, and the Cluster's endpoints
 //!   annotation kept current with it.
 
+mod backend;
 mod child_serve;
 mod files;
 mod members;
 mod objects;
+mod real;
 mod requests;
 mod serve;
 #[cfg(test)]
@@ -49,14 +60,17 @@ use std::time::Duration;
 
 use super::apiserver::{ApiServer, StoreError};
 use super::etcd::{EtcdCluster, EtcdError, EtcdOptions};
+use super::realapi::Assets;
 use super::webhooks::{SERVICE_DNS_NAME, WebhookDispatcher, WebhookTarget};
 use crate::engine::model::DEFAULT_KCP_CONTROLLER;
 use crate::server;
 use child_serve::ChildPlan;
 use files::{webhook_certs, write_kubeconfig};
 use objects::seed;
+use real::{real_webhooks, start_real};
 use serve::{Serve, serve_config};
 
+pub use backend::{Backend, RealBackend};
 pub use serve::{
     LEASE_NAME, LEASE_NAMESPACE, LeaseView, SERVE_IDENTITY, SERVE_USER, ServeStart, Serving,
 };
@@ -84,6 +98,12 @@ pub const KCP_PRE_TERMINATE_HOOK: &str =
 
 /// Cluster API's Machine controller (it owns the Machine finalizer and sets the node).
 pub const MACHINE_CONTROLLER: &str = "system:serviceaccount:capi-system:capi-manager";
+
+/// quorumguard's `--join-grace` on a real kube-apiserver. The server stamps the seeded Machines'
+/// `creationTimestamp` itself (now, not months ago as the stand-in's seed says), so serve gives
+/// a new Machine this long to get its etcd member, and the world waits until the seeded ones are
+/// older before a story starts.
+pub const REAL_JOIN_GRACE: Duration = Duration::from_secs(8);
 
 /// The KCP controller's identity, as the webhook sees it.
 pub fn kcp_controller() -> &'static str {
@@ -145,6 +165,16 @@ pub struct WorldOptions {
     pub election_timeout: Duration,
     /// Where quorumguard runs: in this process (the default) or as a child process.
     pub serve: ServeMode,
+    /// Run on a real kube-apiserver instead of the stand-in (`None`: the stand-in).
+    pub real_api: Option<RealApiPlan>,
+}
+
+/// A real kube-apiserver to run the world on: its binaries and the Cluster API CRDs to install.
+#[derive(Clone, Debug)]
+pub struct RealApiPlan {
+    pub assets: Assets,
+    /// A directory of the CRDs' YAML files.
+    pub crds: PathBuf,
 }
 
 impl WorldOptions {
@@ -155,6 +185,7 @@ impl WorldOptions {
             probe_deadline: Duration::from_secs(1),
             election_timeout: super::etcd::ELECTION_TIMEOUT,
             serve: ServeMode::InProcess,
+            real_api: None,
         }
     }
 }
@@ -202,7 +233,8 @@ impl ChildServe {
 
 /// The running world. [`World::shutdown`] stops it; dropping it also stops every etcd process.
 pub struct World {
-    pub api: ApiServer,
+    /// The API server: the stand-in or a real kube-apiserver.
+    pub api: Backend,
     pub webhooks: Arc<WebhookDispatcher>,
     pub dir: PathBuf,
     /// The CA the webhook's serving certificate chains to (the VWC's caBundle).
@@ -246,27 +278,63 @@ impl World {
             .await
             .map_err(|e| WorldError::Join(e.to_string()))??;
 
-        step("starting the API-server stand-in");
-        let api = ApiServer::start().await.map_err(WorldError::ApiServer)?;
-        seed(&api, &etcd, &names)?;
+        let api = match &options.real_api {
+            None => {
+                step("starting the API-server stand-in");
+                Backend::StandIn(ApiServer::start().await.map_err(WorldError::ApiServer)?)
+            }
+            Some(plan) => {
+                if matches!(options.serve, ServeMode::Child(_)) {
+                    return Err(WorldError::Other(
+                        "a real kube-apiserver runs quorumguard serve in process only".into(),
+                    ));
+                }
+                step(
+                    "starting a real kube-apiserver and its etcd, installing the Cluster API CRDs",
+                );
+                start_real(plan, &options.dir).await?
+            }
+        };
+        seed(&api, &etcd, &names).await?;
+        let seeded = tokio::time::Instant::now();
 
         step("starting quorumguard serve (webhook, prober, status publisher)");
         let certs = webhook_certs(&options.dir)?;
         let kubeconfig = options.dir.join("kubeconfig");
-        write_kubeconfig(&api, &kubeconfig, KUBECONFIG_USER)?;
-        let (serve, child, addr) = match &options.serve {
-            ServeMode::InProcess => {
-                let config = serve_config(&options, &certs);
-                let client = api.client().map_err(WorldError::Client)?;
-                let running = server::start(config, client)
+        let (serve, child, addr) = match (&options.serve, &api) {
+            (ServeMode::InProcess, Backend::StandIn(standin)) => {
+                write_kubeconfig(standin, &kubeconfig, KUBECONFIG_USER)?;
+                let client = standin.client().map_err(WorldError::Client)?;
+                let running = server::start(serve_config(&options, &certs), client)
                     .await
                     .map_err(WorldError::Serve)?;
                 let addr = running.addr;
                 (Serve::InProcess(Box::new(running)), None, addr)
             }
-            ServeMode::Child(spec) => {
+            (ServeMode::InProcess, Backend::Real(real)) => {
+                // kubectl acts as the admin (system:masters) on the real server.
+                let text = real
+                    .with_api(|r| r.kubeconfig_text(None))
+                    .map_err(|e| WorldError::Other(e.to_string()))?;
+                std::fs::write(&kubeconfig, text).map_err(|source| WorldError::Write {
+                    path: kubeconfig.clone(),
+                    source,
+                })?;
+                let mut config = serve_config(&options, &certs);
+                config.policy.join_grace = REAL_JOIN_GRACE;
+                let running = server::start(config, real.admin_client()?)
+                    .await
+                    .map_err(WorldError::Serve)?;
+                let addr = running.addr;
+                (Serve::InProcess(Box::new(running)), None, addr)
+            }
+            (ServeMode::Child(spec), api) => {
+                let Backend::StandIn(standin) = api else {
+                    return Err(WorldError::Other("unreachable: checked above".into()));
+                };
+                write_kubeconfig(standin, &kubeconfig, KUBECONFIG_USER)?;
                 let serve_kubeconfig = options.dir.join("serve-kubeconfig");
-                write_kubeconfig(&api, &serve_kubeconfig, SERVE_USER)?;
+                write_kubeconfig(standin, &serve_kubeconfig, SERVE_USER)?;
                 let plan = ChildPlan::new(spec, &options, &certs, &serve_kubeconfig)?;
                 let process = plan.spawn(SERVE_IDENTITY)?;
                 let process = plan.wait_listening(process).await?;
@@ -283,7 +351,14 @@ impl World {
             WebhookDispatcher::for_repo_manifest(target)
                 .map_err(|e| WorldError::Webhooks(e.to_string()))?,
         );
-        Arc::clone(&webhooks).install(&api);
+        match &api {
+            Backend::StandIn(standin) => Arc::clone(&webhooks).install(standin),
+            Backend::Real(real) => {
+                real_webhooks(real, &webhooks, &options.dir).await?;
+                // The seeded Machines must not count as new ones still joining.
+                tokio::time::sleep_until(seeded + REAL_JOIN_GRACE + Duration::from_secs(1)).await;
+            }
+        }
         Ok(World {
             api,
             webhooks,
@@ -317,7 +392,7 @@ impl World {
 
     /// A client acting as `user`.
     pub fn client_as(&self, user: &str) -> Result<kube::Client, WorldError> {
-        kube::Client::try_from(self.api.kubeconfig_as(user)).map_err(WorldError::Client)
+        kube::Client::try_from(self.api.config_as(user)).map_err(WorldError::Client)
     }
 
     /// The next Machine name (`demo-control-plane-<suffix>`).
@@ -348,7 +423,10 @@ impl World {
             }
             None => {}
         }
-        self.api.clear_admission_hook();
+        match &self.api {
+            Backend::StandIn(api) => api.clear_admission_hook(),
+            Backend::Real(real) => real.stop(),
+        }
         let _ = self
             .etcd(|e| {
                 for i in 0..e.len() {

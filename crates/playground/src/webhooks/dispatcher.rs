@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use axum::body::Bytes;
 use axum::http::{Request, header};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use rustls::pki_types::pem::PemObject;
@@ -256,7 +257,20 @@ impl WebhookDispatcher {
         let at = SystemTime::now();
         let started = Instant::now();
         let answered = self.exchange(hook, a, &uid).await;
-        let latency = started.elapsed();
+        self.record(hook, a, uid, &answered, started.elapsed(), at);
+        answered
+    }
+
+    /// Logs a call to `hook` about `a` and tells the subscribers.
+    pub(super) fn record(
+        &self,
+        hook: &Hook,
+        a: &AdmissionAttempt,
+        uid: String,
+        answered: &Answered,
+        latency: Duration,
+        at: SystemTime,
+    ) {
         let (allowed, code, message, error) = match &answered.outcome {
             Outcome::Allowed { message } => (true, 200, message.clone(), None),
             Outcome::Denied {
@@ -307,35 +321,37 @@ impl WebhookDispatcher {
         }
         // No subscriber is fine.
         let _ = self.events.send(record);
-        answered
     }
 
     /// POSTs the review and reads the answer, within the webhook's timeout.
     async fn exchange(&self, hook: &Hook, a: &AdmissionAttempt, uid: &str) -> Answered {
-        let failed = |why: String| Answered {
-            outcome: Outcome::Failed(why),
-            warnings: Vec::new(),
-            reason: None,
+        let body = match serde_json::to_vec(&review_request(a, uid)) {
+            Ok(b) => b,
+            Err(e) => return failed(format!("failed to call webhook: {e}")),
         };
+        let (code, content_type, body) = match self.post(hook, body).await {
+            Ok(answer) => answer,
+            Err(why) => return failed(why),
+        };
+        read_review_answer(&hook.name, code, &content_type, &body, uid)
+    }
+
+    /// POSTs `body` (an AdmissionReview) to `hook`'s path at the target, within its timeout:
+    /// the answer's HTTP code, content type and body, or why there is none (as kube-apiserver
+    /// words it).
+    pub(super) async fn post(
+        &self,
+        hook: &Hook,
+        body: Vec<u8>,
+    ) -> Result<(u16, String, Bytes), String> {
         let (client, addr, server_name) = {
             let mut target = lock(&self.target);
             let client = target.client(hook.timeout);
             (client, target.spec.addr, target.spec.server_name.clone())
         };
-        let post_failed = |err: String| {
-            failed(format!(
-                "failed to call webhook: Post \"{}\": {err}",
-                hook.url
-            ))
-        };
-        let client = match client {
-            Ok(c) => c,
-            Err(e) => return post_failed(e),
-        };
-        let body = match serde_json::to_vec(&review_request(a, uid)) {
-            Ok(b) => b,
-            Err(e) => return failed(format!("failed to call webhook: {e}")),
-        };
+        let post_failed =
+            |err: String| format!("failed to call webhook: Post \"{}\": {err}", hook.url);
+        let client = client.map_err(post_failed)?;
         let host = hook
             .url
             .trim_start_matches("https://")
@@ -348,11 +364,8 @@ impl WebhookDispatcher {
             .header(header::ACCEPT, "application/json, */*")
             .header(header::USER_AGENT, "kube-apiserver-admission")
             .header(header::HOST, host)
-            .body(kube::client::Body::from(body));
-        let request = match request {
-            Ok(r) => r,
-            Err(e) => return post_failed(e.to_string()),
-        };
+            .body(kube::client::Body::from(body))
+            .map_err(|e| post_failed(e.to_string()))?;
         let exchange = async {
             let response = client.send(request).await?;
             let code = response.status().as_u16();
@@ -365,20 +378,39 @@ impl WebhookDispatcher {
             let body = response.into_body().collect_bytes().await?;
             Ok::<_, kube::Error>((code, content_type, body))
         };
-        let (code, content_type, body) = match tokio::time::timeout(hook.timeout, exchange).await {
-            Err(_) => return post_failed("context deadline exceeded".into()),
-            Ok(Err(e)) => return post_failed(transport_error(&e, addr, &server_name)),
-            Ok(Ok(answer)) => answer,
-        };
-        if !(200..=206).contains(&code) {
-            return failed(format!(
-                "failed to call webhook: {}",
-                status_error(code, &content_type, &body)
-            ));
+        match tokio::time::timeout(hook.timeout, exchange).await {
+            Err(_) => Err(post_failed("context deadline exceeded".into())),
+            Ok(Err(e)) => Err(post_failed(transport_error(&e, addr, &server_name))),
+            Ok(Ok(answer)) => Ok(answer),
         }
-        match read_answer(&body, uid) {
-            Err(why) => failed(why),
-            Ok(answer) => judge(&hook.name, answer),
-        }
+    }
+}
+
+/// A failed call: no verdict, no warnings.
+fn failed(why: String) -> Answered {
+    Answered {
+        outcome: Outcome::Failed(why),
+        warnings: Vec::new(),
+        reason: None,
+    }
+}
+
+/// The verdict of webhook `name` in an answer to the review `uid`, as kube-apiserver reads it.
+pub(super) fn read_review_answer(
+    name: &str,
+    code: u16,
+    content_type: &str,
+    body: &Bytes,
+    uid: &str,
+) -> Answered {
+    if !(200..=206).contains(&code) {
+        return failed(format!(
+            "failed to call webhook: {}",
+            status_error(code, content_type, body)
+        ));
+    }
+    match read_answer(body, uid) {
+        Err(why) => failed(why),
+        Ok(answer) => judge(name, answer),
     }
 }

@@ -3,10 +3,12 @@
 
 use std::sync::{Arc, PoisonError};
 
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
+use super::backend::Backend;
 use super::{CLUSTER, NAMESPACE, World, WorldError};
-use crate::apiserver::{ApiServer, cluster_resource};
+use crate::apiserver::cluster_resource;
 use crate::etcd::{EtcdCluster, EtcdError};
 use quorumguard_guard::etcd::endpoints::ETCD_ENDPOINTS_ANNOTATION;
 
@@ -52,7 +54,7 @@ impl World {
         if urls.is_empty() {
             return Ok(());
         }
-        set_endpoints(&self.api, &urls.join(","))
+        set_endpoints(&self.api, &urls.join(",")).await
     }
 
     /// The member list etcd reports now, as `name (learner)` / `(unstarted)`, and which
@@ -86,14 +88,26 @@ impl World {
     }
 }
 
-fn set_endpoints(api: &ApiServer, urls: &str) -> Result<(), WorldError> {
-    let urls = urls.to_string();
-    api.modify(&cluster_resource(), NAMESPACE, CLUSTER, move |c| {
-        c["metadata"]["annotations"][ETCD_ENDPOINTS_ANNOTATION] = json!(urls);
-    })
-    .map(|_| ())
-    .map_err(|source| WorldError::Store {
-        what: format!("Cluster {NAMESPACE}/{CLUSTER}"),
-        source,
-    })
+async fn set_endpoints(backend: &Backend, urls: &str) -> Result<(), WorldError> {
+    let what = format!("Cluster {NAMESPACE}/{CLUSTER}");
+    let real = match backend {
+        Backend::StandIn(api) => {
+            let urls = urls.to_string();
+            return api
+                .modify(&cluster_resource(), NAMESPACE, CLUSTER, move |c| {
+                    c["metadata"]["annotations"][ETCD_ENDPOINTS_ANNOTATION] = json!(urls);
+                })
+                .map(|_| ())
+                .map_err(|source| WorldError::Store { what, source });
+        }
+        Backend::Real(real) => real,
+    };
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(real.admin_client()?, NAMESPACE, &cluster_resource());
+    let patch = json!({"metadata": {"annotations": {ETCD_ENDPOINTS_ANNOTATION: urls}}});
+    let written = api
+        .patch(CLUSTER, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(|source| WorldError::Api { what, source })?;
+    backend.seen(&cluster_resource(), Some(&written)).await
 }

@@ -3,22 +3,67 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+use super::backend::Backend;
 use super::{
     CLUSTER, KCP, KCP_PRE_TERMINATE_HOOK, MACHINE_FINALIZER, NAMESPACE, OLD_VERSION, WorldError,
 };
-use crate::apiserver::{ApiServer, kcp_resource};
+use crate::apiserver::{cluster_resource, kcp_resource, machine_resource};
 use crate::etcd::EtcdCluster;
 use quorumguard_guard::etcd::endpoints::{ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION};
 
-fn store(api: &ApiServer, what: &str, object: Value) -> Result<(), WorldError> {
-    api.insert(object)
-        .map(|_| ())
-        .map_err(|source| WorldError::Store {
-            what: what.to_string(),
-            source,
-        })
+/// Stores `object` (of resource `ar`): into the stand-in's store as it is, or on the real server
+/// created as the admin and its status then written through the status subresource (as a
+/// controller would: create ignores it), waiting until the world's reads have seen it.
+async fn store(
+    backend: &Backend,
+    ar: &ApiResource,
+    what: &str,
+    object: Value,
+) -> Result<(), WorldError> {
+    let real = match backend {
+        Backend::StandIn(api) => {
+            return api
+                .insert(object)
+                .map(|_| ())
+                .map_err(|source| WorldError::Store {
+                    what: what.to_string(),
+                    source,
+                });
+        }
+        Backend::Real(real) => real,
+    };
+    let failed = |source| WorldError::Api {
+        what: format!("creating {what}"),
+        source,
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(real.admin_client()?, NAMESPACE, ar);
+    let mut object = object;
+    let status = object.as_object_mut().and_then(|o| o.remove("status"));
+    // The server sets these itself.
+    if let Some(meta) = object["metadata"].as_object_mut() {
+        meta.remove("creationTimestamp");
+        meta.remove("generation");
+    }
+    let dynamic: DynamicObject =
+        serde_json::from_value(object).map_err(|e| WorldError::Other(format!("{what}: {e}")))?;
+    let mut written = api
+        .create(&PostParams::default(), &dynamic)
+        .await
+        .map_err(failed)?;
+    if let Some(status) = status.filter(|s| s.is_object() && ar.kind != "Secret") {
+        written = api
+            .patch_status(
+                &dynamic.metadata.name.clone().unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+            .map_err(failed)?;
+    }
+    backend.seen(ar, Some(&written)).await
 }
 
 /// How long ago the seeded objects were created: the control plane has been running for months,
@@ -27,8 +72,8 @@ fn store(api: &ApiServer, what: &str, object: Value) -> Result<(), WorldError> {
 const SEEDED_AGE_SECS: i64 = 90 * 24 * 3600;
 
 /// Seeds the Cluster, the KCP, one Machine per member and the etcd CA Secret.
-pub(super) fn seed(
-    api: &ApiServer,
+pub(super) async fn seed(
+    api: &Backend,
     etcd: &EtcdCluster,
     names: &[String],
 ) -> Result<(), WorldError> {
@@ -60,7 +105,8 @@ pub(super) fn seed(
             },
         },
     });
-    store(api, &format!("Cluster {NAMESPACE}/{CLUSTER}"), cluster)?;
+    let what = format!("Cluster {NAMESPACE}/{CLUSTER}");
+    store(api, &cluster_resource(), &what, cluster).await?;
     let kcp = json!({
         "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
         "kind": "KubeadmControlPlane",
@@ -83,13 +129,15 @@ pub(super) fn seed(
             "rollout": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}},
         },
     });
-    store(api, &format!("KubeadmControlPlane {NAMESPACE}/{KCP}"), kcp)?;
+    let what = format!("KubeadmControlPlane {NAMESPACE}/{KCP}");
+    store(api, &kcp_resource(), &what, kcp).await?;
     let kcp_uid = kcp_uid(api);
     for name in names {
         let mut machine = machine_object(name, OLD_VERSION, &kcp_uid);
         machine["metadata"]["creationTimestamp"] = json!(created);
         machine["status"] = json!({"nodeRef": {"name": name}, "phase": "Running"});
-        store(api, &format!("Machine {NAMESPACE}/{name}"), machine)?;
+        let what = format!("Machine {NAMESPACE}/{name}");
+        store(api, &machine_resource(), &what, machine).await?;
     }
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
@@ -117,11 +165,12 @@ pub(super) fn seed(
         ..Default::default()
     };
     let secret = serde_json::to_value(&secret).map_err(|e| WorldError::Other(e.to_string()))?;
-    store(api, &format!("Secret {NAMESPACE}/{CLUSTER}-etcd"), secret)
+    let what = format!("Secret {NAMESPACE}/{CLUSTER}-etcd");
+    store(api, &ApiResource::erase::<Secret>(&()), &what, secret).await
 }
 
 /// The stored KCP's uid, for the Machines' owner reference.
-pub(super) fn kcp_uid(api: &ApiServer) -> String {
+pub(super) fn kcp_uid(api: &Backend) -> String {
     api.get(&kcp_resource(), NAMESPACE, KCP)
         .and_then(|k| k["metadata"]["uid"].as_str().map(str::to_string))
         .unwrap_or_default()

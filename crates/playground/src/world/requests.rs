@@ -21,13 +21,9 @@ impl World {
             serde_json::from_value(machine_object(name, version, &kcp_uid(&self.api))).map_err(
                 |e| WorldError::Other(format!("building Machine {NAMESPACE}/{name}: {e}")),
             )?;
-        api.create(&Default::default(), &object)
+        let written = api.create(&Default::default(), &object).await;
+        self.machine_written(written, || format!("creating Machine {NAMESPACE}/{name}"))
             .await
-            .map(|_| ())
-            .map_err(|source| WorldError::Api {
-                what: format!("creating Machine {NAMESPACE}/{name}"),
-                source,
-            })
     }
 
     /// Sets Machine `name`'s node to its own name (node == member name), as the Machine
@@ -39,13 +35,13 @@ impl World {
             &machine_resource(),
         );
         let status = json!({"status": {"nodeRef": {"name": name}, "phase": "Running"}});
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
-            .await
-            .map(|_| ())
-            .map_err(|source| WorldError::Api {
-                what: format!("setting Machine {NAMESPACE}/{name}'s node"),
-                source,
-            })
+        let written = api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+            .await;
+        self.machine_written(written, || {
+            format!("setting Machine {NAMESPACE}/{name}'s node")
+        })
+        .await
     }
 
     /// Deletes Machine `name` as `user` through the API (and so through the webhook). `Ok(Err)`
@@ -53,9 +49,13 @@ impl World {
     pub async fn delete_machine(&self, name: &str, user: &str) -> Answer {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client_as(user)?, NAMESPACE, &machine_resource());
-        answer(api.delete(name, &DeleteParams::background()).await, || {
-            format!("deleting Machine {NAMESPACE}/{name}")
-        })
+        let result = api.delete(name, &DeleteParams::background()).await;
+        let written = result
+            .as_ref()
+            .ok()
+            .and_then(|e| e.as_ref().left().cloned());
+        self.api.seen(&machine_resource(), written.as_ref()).await?;
+        answer(result, || format!("deleting Machine {NAMESPACE}/{name}"))
     }
 
     /// Merge-patches the KCP's spec as `user` (through the webhook); `Ok(Err)` as for
@@ -64,10 +64,11 @@ impl World {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client_as(user)?, NAMESPACE, &kcp_resource());
         let patch = Patch::Merge(json!({ "spec": spec }));
-        answer(
-            api.patch(KCP, &PatchParams::default(), &patch).await,
-            || format!("updating KubeadmControlPlane {NAMESPACE}/{KCP}"),
-        )
+        let result = api.patch(KCP, &PatchParams::default(), &patch).await;
+        self.api.seen(&kcp_resource(), result.as_ref().ok()).await?;
+        answer(result, || {
+            format!("updating KubeadmControlPlane {NAMESPACE}/{KCP}")
+        })
     }
 
     /// `kubectl scale kcp --replicas N` as `user`: an update of the `scale` subresource.
@@ -75,10 +76,20 @@ impl World {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client_as(user)?, NAMESPACE, &kcp_resource());
         let patch = Patch::Merge(json!({ "spec": { "replicas": replicas } }));
-        answer(
-            api.patch_scale(KCP, &PatchParams::default(), &patch).await,
-            || format!("scaling KubeadmControlPlane {NAMESPACE}/{KCP}"),
-        )
+        let result = api.patch_scale(KCP, &PatchParams::default(), &patch).await;
+        if result.is_ok() {
+            // The Scale answered carries the KCP's resourceVersion.
+            let rv = result
+                .as_ref()
+                .ok()
+                .and_then(|s| s.metadata.resource_version.clone());
+            let mut written = DynamicObject::new(KCP, &kcp_resource());
+            written.metadata.resource_version = rv;
+            self.api.seen(&kcp_resource(), Some(&written)).await?;
+        }
+        answer(result, || {
+            format!("scaling KubeadmControlPlane {NAMESPACE}/{KCP}")
+        })
     }
 
     /// Merge-patches Machine `name`'s metadata as `user` (annotations, finalizers).
@@ -90,17 +101,30 @@ impl World {
     ) -> Result<(), WorldError> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client_as(user)?, NAMESPACE, &machine_resource());
-        api.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": metadata })),
-        )
-        .await
-        .map(|_| ())
-        .map_err(|source| WorldError::Api {
-            what: format!("updating Machine {NAMESPACE}/{name}"),
+        let written = api
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "metadata": metadata })),
+            )
+            .await;
+        self.machine_written(written, || format!("updating Machine {NAMESPACE}/{name}"))
+            .await
+    }
+}
+
+impl World {
+    /// A Machine written: the API's error, or waiting until the world's reads have seen it.
+    async fn machine_written(
+        &self,
+        written: kube::Result<DynamicObject>,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), WorldError> {
+        let written = written.map_err(|source| WorldError::Api {
+            what: what(),
             source,
-        })
+        })?;
+        self.api.seen(&machine_resource(), Some(&written)).await
     }
 }
 
