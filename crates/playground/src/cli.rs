@@ -178,7 +178,7 @@ fn real_api_plan(args: &PlaygroundArgs) -> anyhow::Result<Option<RealApiPlan>> {
         return Ok(None);
     }
     let assets = Assets::find(args.kube_apiserver.as_deref())
-        .context("--real-apiserver needs a kube-apiserver")?;
+        .context("--real-apiserver cannot start")?;
     let from_env = || std::env::var_os(CRDS_VAR).filter(|d| !d.is_empty());
     let Some(crds) = args
         .capi_crds
@@ -190,7 +190,7 @@ fn real_api_plan(args: &PlaygroundArgs) -> anyhow::Result<Option<RealApiPlan>> {
              {CRDS_VAR} to a directory holding {CRD_FILES}"
         );
     };
-    crd_files(&crds).context("--real-apiserver needs the Cluster API CRDs")?;
+    crd_files(&crds).context("--real-apiserver cannot start")?;
     Ok(Some(RealApiPlan { assets, crds }))
 }
 
