@@ -177,8 +177,8 @@ fn real_api_plan(args: &PlaygroundArgs) -> anyhow::Result<Option<RealApiPlan>> {
     if !args.real_apiserver && args.kube_apiserver.is_none() {
         return Ok(None);
     }
-    let assets = Assets::find(args.kube_apiserver.as_deref())
-        .context("--real-apiserver cannot start")?;
+    let assets =
+        Assets::find(args.kube_apiserver.as_deref()).context("--real-apiserver cannot start")?;
     let from_env = || std::env::var_os(CRDS_VAR).filter(|d| !d.is_empty());
     let Some(crds) = args
         .capi_crds
