@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, ApiResource, DynamicObject, ObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
@@ -33,8 +33,6 @@ pub enum Backend {
 pub struct RealBackend {
     api: Mutex<RealApi>,
     url: String,
-    /// The admin's client configuration (`system:masters`).
-    admin: kube::Config,
     mirrors: Vec<Mirror>,
     /// The recording pass-through kube-apiserver calls the webhooks at (set once serve runs).
     pub(super) relay: Mutex<Option<Relay>>,
@@ -53,8 +51,9 @@ fn same(a: &ApiResource, b: &ApiResource) -> bool {
     a.group == b.group && a.plural == b.plural
 }
 
-fn rv_of(o: &DynamicObject) -> Option<u64> {
-    o.metadata.resource_version.as_deref()?.parse().ok()
+/// A resourceVersion as the number etcd made it (kube-apiserver's are etcd revisions).
+fn rv_of(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
 }
 
 impl Mirror {
@@ -80,7 +79,7 @@ impl Mirror {
                         continue;
                     }
                 };
-                if let Some(rv) = rv_of(object) {
+                if let Some(rv) = rv_of(&object.metadata) {
                     noted.fetch_max(rv, Ordering::SeqCst);
                 }
             }
@@ -98,10 +97,8 @@ impl RealBackend {
     /// Mirrors the real server's Clusters, KCPs and Machines; waits (bounded) until the first
     /// lists are in.
     pub(super) async fn start(api: RealApi) -> Result<RealBackend, WorldError> {
-        let admin = RealApi::config_from(&api.admin_kubeconfig)
-            .await
-            .map_err(|e| WorldError::Other(e.to_string()))?;
-        let client = kube::Client::try_from(admin.clone()).map_err(WorldError::Client)?;
+        let client =
+            kube::Client::try_from(api.admin_config().clone()).map_err(WorldError::Client)?;
         let mirrors: Vec<Mirror> = [cluster_resource(), kcp_resource(), machine_resource()]
             .into_iter()
             .map(|ar| Mirror::start(client.clone(), ar))
@@ -118,7 +115,6 @@ impl RealBackend {
         Ok(RealBackend {
             url: api.url.clone(),
             api: Mutex::new(api),
-            admin,
             mirrors,
             relay: Mutex::new(None),
         })
@@ -133,17 +129,15 @@ impl RealBackend {
         f(&mut self.api.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// The admin impersonating `user` in group `system:masters`.
+    /// The admin impersonating `user` in group `system:masters` ([`RealApi::config_as`]).
     pub fn config_as(&self, user: &str) -> kube::Config {
-        let mut config = self.admin.clone();
-        config.auth_info.impersonate = Some(user.to_string());
-        config.auth_info.impersonate_groups = Some(vec!["system:masters".to_string()]);
-        config
+        self.with_api(|a| a.config_as(user))
     }
 
     /// A client acting as the admin.
     pub fn admin_client(&self) -> Result<kube::Client, WorldError> {
-        kube::Client::try_from(self.admin.clone()).map_err(WorldError::Client)
+        kube::Client::try_from(self.with_api(|a| a.admin_config().clone()))
+            .map_err(WorldError::Client)
     }
 
     /// Stops the relay, the watches, kube-apiserver and its etcd.
@@ -215,13 +209,14 @@ impl Backend {
         }
     }
 
-    /// Waits (bounded) until the reads have seen a write of `ar` that answered `written` (its
-    /// resourceVersion): from then on the world reads it, never the state before. At once on
-    /// the stand-in, whose reads are its store.
+    /// Waits (bounded) until the reads have seen a write of `ar` whose answer carried `written`
+    /// (the object's metadata, or a subresource's, such as a Scale: its resourceVersion is the
+    /// object's): from then on the world reads it, never the state before. At once on the
+    /// stand-in, whose reads are its store, and when nothing was written (`None`).
     pub async fn seen(
         &self,
         ar: &ApiResource,
-        written: Option<&DynamicObject>,
+        written: Option<&ObjectMeta>,
     ) -> Result<(), WorldError> {
         let (Backend::Real(real), Some(rv)) = (self, written.and_then(rv_of)) else {
             return Ok(());

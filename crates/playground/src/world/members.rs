@@ -109,5 +109,7 @@ async fn set_endpoints(backend: &Backend, urls: &str) -> Result<(), WorldError> 
         .patch(CLUSTER, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map_err(|source| WorldError::Api { what, source })?;
-    backend.seen(&cluster_resource(), Some(&written)).await
+    backend
+        .seen(&cluster_resource(), Some(&written.metadata))
+        .await
 }

@@ -63,7 +63,7 @@ async fn store(
             .await
             .map_err(failed)?;
     }
-    backend.seen(ar, Some(&written)).await
+    backend.seen(ar, Some(&written.metadata)).await
 }
 
 /// How long ago the seeded objects were created: the control plane has been running for months,

@@ -50,11 +50,11 @@ impl World {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client_as(user)?, NAMESPACE, &machine_resource());
         let result = api.delete(name, &DeleteParams::background()).await;
-        let written = result
-            .as_ref()
-            .ok()
-            .and_then(|e| e.as_ref().left().cloned());
-        self.api.seen(&machine_resource(), written.as_ref()).await?;
+        // Left: still there, deleting (its finalizers hold it); right: gone at once.
+        let written = result.as_ref().ok().and_then(|e| e.as_ref().left());
+        self.api
+            .seen(&machine_resource(), written.map(|o| &o.metadata))
+            .await?;
         answer(result, || format!("deleting Machine {NAMESPACE}/{name}"))
     }
 
@@ -65,7 +65,9 @@ impl World {
             Api::namespaced_with(self.client_as(user)?, NAMESPACE, &kcp_resource());
         let patch = Patch::Merge(json!({ "spec": spec }));
         let result = api.patch(KCP, &PatchParams::default(), &patch).await;
-        self.api.seen(&kcp_resource(), result.as_ref().ok()).await?;
+        self.api
+            .seen(&kcp_resource(), result.as_ref().ok().map(|o| &o.metadata))
+            .await?;
         answer(result, || {
             format!("updating KubeadmControlPlane {NAMESPACE}/{KCP}")
         })
@@ -77,16 +79,10 @@ impl World {
             Api::namespaced_with(self.client_as(user)?, NAMESPACE, &kcp_resource());
         let patch = Patch::Merge(json!({ "spec": { "replicas": replicas } }));
         let result = api.patch_scale(KCP, &PatchParams::default(), &patch).await;
-        if result.is_ok() {
-            // The Scale answered carries the KCP's resourceVersion.
-            let rv = result
-                .as_ref()
-                .ok()
-                .and_then(|s| s.metadata.resource_version.clone());
-            let mut written = DynamicObject::new(KCP, &kcp_resource());
-            written.metadata.resource_version = rv;
-            self.api.seen(&kcp_resource(), Some(&written)).await?;
-        }
+        // The Scale answered carries the KCP's resourceVersion.
+        self.api
+            .seen(&kcp_resource(), result.as_ref().ok().map(|s| &s.metadata))
+            .await?;
         answer(result, || {
             format!("scaling KubeadmControlPlane {NAMESPACE}/{KCP}")
         })
@@ -124,7 +120,9 @@ impl World {
             what: what(),
             source,
         })?;
-        self.api.seen(&machine_resource(), Some(&written)).await
+        self.api
+            .seen(&machine_resource(), Some(&written.metadata))
+            .await
     }
 }
 
