@@ -195,19 +195,16 @@ impl Envtest {
 
     /// A client acting as the admin (`system:masters`).
     pub async fn client(&self) -> Client {
-        Self::client_from(&self.admin_kubeconfig).await
+        self.api
+            .client()
+            .unwrap_or_else(|e| panic!("a client as the admin: {e}"))
     }
 
     /// A client acting as `user` (impersonated by the admin) in group `system:masters`: the
     /// webhook sees the user's name, and RBAC lets it do whatever a test asks (a person with
     /// the rights to delete Machines, a controller with its own).
     pub async fn client_as(&self, user: &str) -> Client {
-        let config = self
-            .api
-            .config_as(user)
-            .await
-            .unwrap_or_else(|e| panic!("a client as {user}: {e}"));
-        Client::try_from(config).expect("client")
+        Client::try_from(self.api.config_as(user)).expect("client")
     }
 
     /// Runs kubectl (found as [`super::manifests::kubectl`] finds it) against this server as

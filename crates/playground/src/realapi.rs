@@ -213,6 +213,8 @@ pub struct RealApi {
     admin: Pair,
     /// A kubeconfig acting as the admin (`system:masters`), for kubectl and clients.
     pub admin_kubeconfig: PathBuf,
+    /// The admin's client configuration, read from [`Self::admin_kubeconfig`] once.
+    admin_config: Config,
     /// The API server's audit log (JSON lines, one per request at Metadata level).
     pub audit_log: PathBuf,
 }
@@ -310,6 +312,9 @@ impl RealApi {
             ],
             "kube-apiserver.log",
         )?;
+        let text = kubeconfig_yaml(&url, &ca.pem, &admin, None)?;
+        let admin_kubeconfig = PathBuf::from(write("admin.kubeconfig", &text)?);
+        let admin_config = Self::config_from(&admin_kubeconfig).await?;
         let mut api = RealApi {
             apiserver,
             etcd,
@@ -317,16 +322,15 @@ impl RealApi {
             url,
             ca,
             admin,
-            admin_kubeconfig: dir.join("admin.kubeconfig"),
+            admin_kubeconfig,
+            admin_config,
             audit_log,
         };
-        let text = api.kubeconfig_text(None)?;
-        write("admin.kubeconfig", &text)?;
         wait_up(&mut api.etcd, "kube-apiserver's etcd", START_WAIT, || {
             etcd_healthy(etcd_port)
         })
         .await?;
-        let client = api.client().await?;
+        let client = api.client()?;
         wait_up(&mut api.apiserver, "kube-apiserver", START_WAIT, || {
             apiserver_ready(client.clone())
         })
@@ -363,25 +367,7 @@ impl RealApi {
 
     /// A kubeconfig for the admin, acting as `as_user` (impersonation) when given.
     pub fn kubeconfig_text(&self, as_user: Option<&str>) -> Result<String, RealApiError> {
-        let mut user = json!({
-            "client-certificate-data": b64(self.admin.0.as_bytes()),
-            "client-key-data": b64(self.admin.1.as_bytes()),
-        });
-        if let Some(u) = as_user {
-            user["as"] = json!(u);
-        }
-        let config = json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "envtest", "cluster": {
-                "server": self.url,
-                "certificate-authority-data": b64(self.ca.pem.as_bytes()),
-            }}],
-            "users": [{"name": "envtest", "user": user}],
-            "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "envtest"}}],
-            "current-context": "envtest",
-        });
-        serde_yaml::to_string(&config).map_err(|e| RealApiError::Client(e.to_string()))
+        kubeconfig_yaml(&self.url, &self.ca.pem, &self.admin, as_user)
     }
 
     /// Writes a kubeconfig acting as `user` through impersonation (the admin's certificate with
@@ -407,19 +393,23 @@ impl RealApi {
             .map_err(|e| RealApiError::Client(e.to_string()))
     }
 
+    /// The admin's client configuration (`system:masters`).
+    pub fn admin_config(&self) -> &Config {
+        &self.admin_config
+    }
+
     /// A client acting as the admin (`system:masters`).
-    pub async fn client(&self) -> Result<Client, RealApiError> {
-        let config = Self::config_from(&self.admin_kubeconfig).await?;
-        Client::try_from(config).map_err(|e| RealApiError::Client(e.to_string()))
+    pub fn client(&self) -> Result<Client, RealApiError> {
+        Client::try_from(self.admin_config.clone()).map_err(|e| RealApiError::Client(e.to_string()))
     }
 
     /// The admin's configuration acting as `user` (impersonated) in group `system:masters`: the
     /// webhook sees the user's name, and RBAC lets it do what the story asks.
-    pub async fn config_as(&self, user: &str) -> Result<Config, RealApiError> {
-        let mut config = Self::config_from(&self.admin_kubeconfig).await?;
+    pub fn config_as(&self, user: &str) -> Config {
+        let mut config = self.admin_config.clone();
         config.auth_info.impersonate = Some(user.to_string());
         config.auth_info.impersonate_groups = Some(vec!["system:masters".to_string()]);
-        Ok(config)
+        config
     }
 
     /// Kills kube-apiserver, then its etcd (also done on drop).
@@ -427,6 +417,35 @@ impl RealApi {
         self.apiserver.kill();
         self.etcd.kill();
     }
+}
+
+/// A kubeconfig for the server at `url` (its CA `ca_pem`) with the client certificate `admin`,
+/// acting as `as_user` (impersonation) when given.
+fn kubeconfig_yaml(
+    url: &str,
+    ca_pem: &str,
+    admin: &Pair,
+    as_user: Option<&str>,
+) -> Result<String, RealApiError> {
+    let mut user = json!({
+        "client-certificate-data": b64(admin.0.as_bytes()),
+        "client-key-data": b64(admin.1.as_bytes()),
+    });
+    if let Some(u) = as_user {
+        user["as"] = json!(u);
+    }
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "envtest", "cluster": {
+            "server": url,
+            "certificate-authority-data": b64(ca_pem.as_bytes()),
+        }}],
+        "users": [{"name": "envtest", "user": user}],
+        "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "envtest"}}],
+        "current-context": "envtest",
+    });
+    serde_yaml::to_string(&config).map_err(|e| RealApiError::Client(e.to_string()))
 }
 
 /// `Ok` when etcd on `port` answers `/health` with `"health":"true"`.
