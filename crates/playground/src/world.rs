@@ -354,7 +354,7 @@ impl World {
         match &api {
             Backend::StandIn(standin) => Arc::clone(&webhooks).install(standin),
             Backend::Real(real) => {
-                real_webhooks(real, &webhooks, &options.dir).await?;
+                real_webhooks(real, &webhooks).await?;
                 // The seeded Machines must not count as new ones still joining.
                 tokio::time::sleep_until(seeded + REAL_JOIN_GRACE + Duration::from_secs(1)).await;
             }

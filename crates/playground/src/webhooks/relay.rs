@@ -6,7 +6,6 @@
 //! `serve` answered.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -28,16 +27,16 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// Serves the relay for `dispatcher`'s webhooks with the certificate and key in the files
-    /// given, on a free loopback port.
-    pub async fn start(
+    /// Serves the relay for `dispatcher`'s webhooks with the serving certificate and key given
+    /// (PEM), on a free loopback port.
+    pub fn start(
         dispatcher: Arc<WebhookDispatcher>,
-        cert_file: &Path,
-        key_file: &Path,
+        cert_pem: &str,
+        key_pem: &str,
     ) -> Result<Relay, String> {
-        let tls = crate::tls::load(cert_file, key_file)
-            .await
+        let tls = crate::tls::server_config(cert_pem.as_bytes(), key_pem.as_bytes())
             .map_err(|e| format!("the relay's certificate: {e}"))?;
+        let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(tls));
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .map_err(|e| format!("a port for the relay: {e}"))?;
         let addr = listener

@@ -32,27 +32,13 @@ pub(super) async fn start_real(plan: &RealApiPlan, dir: &Path) -> Result<Backend
 pub(super) async fn real_webhooks(
     real: &RealBackend,
     webhooks: &Arc<WebhookDispatcher>,
-    dir: &Path,
 ) -> Result<(), WorldError> {
     let other = |what: &str, e: String| WorldError::Other(format!("{what}: {e}"));
     let (cert, key) = real
         .with_api(|r| r.loopback_server_cert("quorumguard-playground-relay", &[]))
         .map_err(|e| other("the relay's certificate", e.to_string()))?;
     let ca_pem = real.with_api(|r| r.ca_pem().to_string());
-    let certs = dir.join("relay-tls");
-    std::fs::create_dir_all(&certs).map_err(|source| WorldError::Write {
-        path: certs.clone(),
-        source,
-    })?;
-    let (cert_file, key_file) = (certs.join("tls.crt"), certs.join("tls.key"));
-    for (path, text) in [(&cert_file, &cert), (&key_file, &key)] {
-        std::fs::write(path, text).map_err(|source| WorldError::Write {
-            path: path.clone(),
-            source,
-        })?;
-    }
-    let relay = Relay::start(Arc::clone(webhooks), &cert_file, &key_file)
-        .await
+    let relay = Relay::start(Arc::clone(webhooks), &cert, &key)
         .map_err(|e| other("the webhook relay", e))?;
     let addr = relay.addr;
     *real.relay.lock().unwrap_or_else(PoisonError::into_inner) = Some(relay);
