@@ -35,12 +35,12 @@ use quorumguard::lease::LeaseConfig;
 use quorumguard::server::{self, Running, StatusConfig};
 use quorumguard::status::publish::PublishConfig;
 use quorumguard::status::{CONDITION_ETCD_QUORUM, QuorumReason};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use support::apiserver::{ApiServer, kcp_resource};
 use support::etcd::EtcdCluster;
 use support::guard::{self, MACHINES};
 use support::https::{TempDir, TestPki, try_get_plain};
+use support::manifests::parse_yaml;
 use support::reviews::NS;
 use support::seed;
 
@@ -107,13 +107,6 @@ fn run(mut cmd: Command, dir: &Path, what: &str) -> (ExitStatus, String) {
     let text = fs::read_to_string(&out).unwrap_or_default()
         + &fs::read_to_string(&err).unwrap_or_default();
     (status, text)
-}
-
-fn parse_yaml(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml)
-        .map(|doc| Value::deserialize(doc).expect("valid YAML"))
-        .filter(|v| !v.is_null())
-        .collect()
 }
 
 /// `kubectl kustomize DIR`, or `None` without kubectl (or with
