@@ -177,13 +177,7 @@ impl Checked {
         sync_all(self, &mut cur);
         run(&mut cur, Action::ElectionEnds);
         run(&mut cur, Action::Probe);
-        let deleting: Vec<u8> = cur
-            .machines
-            .iter()
-            .filter(|m| m.deleting)
-            .map(|m| m.slot)
-            .collect();
-        for slot in deleting {
+        for slot in cur.deleting() {
             run(&mut cur, Action::FinishDeletion(slot));
         }
         let joining: Vec<u8> = cur

@@ -204,12 +204,7 @@ impl Config {
                 n.lost_by = Some(why.0.unwrap_or_default().join("; "));
             }
         }
-        let deleting: Vec<u8> = n
-            .machines
-            .iter()
-            .filter(|m| m.deleting)
-            .map(|m| m.slot)
-            .collect();
+        let deleting = n.deleting();
         n.unproven.retain(|slot| deleting.contains(slot));
         // A removal counts against a later join unless the deletion behind it was unproven
         // (then the join's loss is that deletion's, already excused).
@@ -255,12 +250,7 @@ impl Config {
                 let m = n.member_mut(*slot).filter(|m| m.started && m.up)?;
                 m.up = false;
                 n.left.failures = n.left.failures.checked_sub(1)?;
-                let deleting: Vec<u8> = n
-                    .machines
-                    .iter()
-                    .filter(|m| m.deleting)
-                    .map(|m| m.slot)
-                    .collect();
+                let deleting = n.deleting();
                 n.unproven.extend(deleting);
                 // Removals before this failure were judged without it: a join they leave
                 // short of quorum now is this failure's doing.

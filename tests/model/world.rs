@@ -215,6 +215,15 @@ impl State {
         self.machines.iter_mut().find(|m| m.slot == slot)
     }
 
+    /// The slots of the Machines being deleted.
+    pub fn deleting(&self) -> Vec<u8> {
+        self.machines
+            .iter()
+            .filter(|m| m.deleting)
+            .map(|m| m.slot)
+            .collect()
+    }
+
     pub fn member(&self, slot: u8) -> Option<&Mem> {
         self.members.iter().find(|m| m.slot == slot)
     }
