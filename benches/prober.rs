@@ -16,13 +16,21 @@
 //! etcd CA (as the sweep makes per cluster) and its three kept connections, all to the same
 //! cluster. Reported per prober: the growth of the process's RSS and of its live heap (counted by
 //! this binary's allocator), after one probe each and again after a second.
+//!
+//! Costs of a new cluster (what the first sweep pays per workload cluster, before its first
+//! probe), each the mean of `--costs` runs, one at a time: loading the etcd CA (Cluster API's
+//! shape: RSA 2048, PKCS#1) and signing a client certificate with it, split into the load and
+//! the signature; building the rustls configuration from it; and the CPU of the process for a
+//! probe with new clients (3 TCP + TLS + HTTP/2 handshakes) against one with kept clients.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
+use quorumguard::certs::Ca;
 use quorumguard::engine::Health;
+use quorumguard::etcd::certs::{CLIENT_CERT_VALIDITY, CLIENT_COMMON_NAME};
 use quorumguard::etcd::{ClientTls, Probe, Prober};
 use quorumguard::playground::etcd::EtcdCluster;
 
@@ -115,6 +123,90 @@ fn memory(
     })
 }
 
+/// CPU time of this process (user + system, all threads).
+fn process_cpu() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a whole rusage into the pointer it is given.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// The mean wall time of `n` calls of `f`, µs.
+fn mean_us<T>(n: usize, mut f: impl FnMut() -> Result<T>) -> Result<f64> {
+    let started = Instant::now();
+    for _ in 0..n {
+        f()?;
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e6 / n as f64)
+}
+
+/// What a new cluster costs before its first probe (see the module's documentation), µs.
+struct Costs {
+    runs: usize,
+    ca_load: f64,
+    sign: f64,
+    load_and_sign: f64,
+    tls_config: f64,
+    probe_new_wall: f64,
+    probe_kept_wall: f64,
+    probe_new_cpu: f64,
+    probe_kept_cpu: f64,
+}
+
+fn costs(
+    rt: &tokio::runtime::Runtime,
+    cluster: &EtcdCluster,
+    runs: usize,
+    deadline: Duration,
+) -> Result<Costs> {
+    let (ca_pem, key_pem) = (&cluster.pki.ca_cert_pem, &cluster.pki.ca_key_pem);
+    let now = quorumguard::certs::unix_secs(SystemTime::now());
+    let ca = Ca::from_pem(ca_pem, key_pem)?;
+    let cert = ca.sign_client(CLIENT_COMMON_NAME, CLIENT_CERT_VALIDITY, now)?;
+    let endpoints = cluster.endpoints();
+    let configure = || {
+        ClientTls::new(
+            ca_pem.as_str(),
+            cert.cert_pem.as_str(),
+            cert.key_pem.as_str(),
+        )
+    };
+    let tls = configure()?;
+    let kept = Prober::new(tls.clone());
+    rt.block_on(kept.probe(&endpoints, deadline))?;
+    // Wall and process CPU per probe, µs.
+    let probe = |new: bool| -> Result<(f64, f64)> {
+        let (cpu, started) = (process_cpu(), Instant::now());
+        for _ in 0..runs {
+            let fresh = new.then(|| Prober::new(tls.clone()));
+            rt.block_on(fresh.as_ref().unwrap_or(&kept).probe(&endpoints, deadline))?;
+        }
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / runs as f64;
+        Ok((per(started.elapsed()), per(process_cpu() - cpu)))
+    };
+    let (probe_new_wall, probe_new_cpu) = probe(true)?;
+    let (probe_kept_wall, probe_kept_cpu) = probe(false)?;
+    Ok(Costs {
+        runs,
+        ca_load: mean_us(runs, || Ok(Ca::from_pem(ca_pem, key_pem)?))?,
+        sign: mean_us(runs, || {
+            Ok(ca.sign_client(CLIENT_COMMON_NAME, CLIENT_CERT_VALIDITY, now)?)
+        })?,
+        load_and_sign: mean_us(runs, || {
+            Ok(ClientTls::from_etcd_ca(ca_pem, key_pem, SystemTime::now())?)
+        })?,
+        tls_config: mean_us(runs, || Ok(configure()?))?,
+        probe_new_wall,
+        probe_kept_wall,
+        probe_new_cpu,
+        probe_kept_cpu,
+    })
+}
+
 /// What one scenario measured, sorted, in milliseconds.
 struct Row {
     scenario: &'static str,
@@ -134,6 +226,7 @@ fn main() -> Result<()> {
     };
     let runs: usize = setting("runs").map_or(Ok(20), |v| v.parse())?;
     let probers: usize = setting("probers").map_or(Ok(300), |v| v.parse())?;
+    let cost_runs: usize = setting("costs").map_or(Ok(200), |v| v.parse())?;
     let deadline = setting("deadline").map_or(Ok(Duration::from_secs(1)), |v| {
         humantime::parse_duration(&v)
     })?;
@@ -225,6 +318,7 @@ fn main() -> Result<()> {
     // Memory last, once every member is healthy again, so that its 900 connections do not
     // disturb the timings.
     settle()?;
+    let cost = costs(&rt, &cluster, cost_runs, deadline)?;
     let mem = memory(&rt, &cluster, probers, deadline)?;
 
     println!(
@@ -270,6 +364,25 @@ fn main() -> Result<()> {
         .enumerate()
     {
         println!("{when:<24} {:>12.1} {:>14.1}", mem.rss[i], mem.live[i]);
+    }
+    println!(
+        "\nwhat a new cluster costs before its first probe, mean of {} runs one at a time (µs):",
+        cost.runs
+    );
+    for (what, us) in [
+        ("load the etcd CA (RSA 2048, PKCS#1)", cost.ca_load),
+        ("sign a client certificate (P-256 key)", cost.sign),
+        (
+            "load, sign and configure TLS (from_etcd_ca)",
+            cost.load_and_sign,
+        ),
+        ("TLS configuration alone (ClientTls::new)", cost.tls_config),
+        ("probe, new clients: wall", cost.probe_new_wall),
+        ("probe, new clients: process CPU", cost.probe_new_cpu),
+        ("probe, kept clients: wall", cost.probe_kept_wall),
+        ("probe, kept clients: process CPU", cost.probe_kept_cpu),
+    ] {
+        println!("{what:<44} {us:>10.0}");
     }
     Ok(())
 }

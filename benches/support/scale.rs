@@ -172,7 +172,8 @@ pub struct Figures {
     pub options: ScaleOptions,
     /// Objects seeded in the stand-in.
     pub objects: usize,
-    /// Guard process start until /readyz (caches synced).
+    /// Guard process start until /readyz: caches synced and the first sweep done (every workload
+    /// cluster probed once), so this is how long a restarted replica is blind.
     pub ready_after: Duration,
     /// Guard process start until every KCP carries both conditions.
     pub first_cycle: Duration,
@@ -734,7 +735,7 @@ pub fn table(f: &Figures) -> String {
     out += &format!("{:<44} {:>12}  target\n", "figure", "value");
     out += &format!(
         "{:<44} {:>10.2} s\n",
-        "process start -> caches synced (/readyz)",
+        "process start -> ready (first sweep done)",
         f.ready_after.as_secs_f64()
     );
     out += &format!(
