@@ -165,7 +165,7 @@ fn review_path(c: &mut Criterion) {
             .as_ref()
             .unwrap_or_else(|| panic!("no verdict: {}", o.reason));
         let resp = review::respond(
-            &d.request,
+            &d.uid,
             v.allowed,
             v.reason.as_str(),
             &v.message,
@@ -201,7 +201,7 @@ fn review_path(c: &mut Criterion) {
     g.bench_function("machine_delete_10k_respond_only", |b| {
         b.iter(|| {
             let resp = review::respond(
-                black_box(&decoded.request),
+                black_box(&decoded.uid),
                 v.allowed,
                 v.reason.as_str(),
                 &v.message,

@@ -8,8 +8,9 @@
 //! or the environment `QG_LOAD_CONCURRENCY`, `QG_LOAD_CONNECTIONS`, `QG_LOAD_DURATION`,
 //! `QG_LOAD_WARMUP`; `-- --rounds N` (`QG_LOAD_ROUNDS`) repeats floor-then-quorumguard and
 //! reports the median ratios; `-- --only floor|quorumguard` drives one, to profile it;
-//! `-- --smoke` (or `QG_LOAD_SMOKE=1`) is 1 s at concurrency 4. Without a log subscriber the
-//! per-review log line costs nothing; `-- --log json 2>/dev/null` logs as `serve` does.
+//! `-- --smoke` (or `QG_LOAD_SMOKE=1`) is 1 s at concurrency 4. quorumguard logs as `serve` does
+//! by default (JSON, level info: one line per review, through serve's writer thread), into
+//! `/dev/null`; `-- --log text` logs text, `-- --log off` not at all.
 //!
 //! The servers and the generator get a runtime each (two worker threads, the machine's cores),
 //! as a webhook and kube-apiserver are separate processes.
@@ -18,24 +19,29 @@ use anyhow::Result;
 
 mod support;
 
-use quorumguard::telemetry::{LogFormat, init_logging};
+use quorumguard::telemetry::{LogFormat, init_logging_to};
 use support::load::{Servers, options_from, table};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let opts = options_from(&args)?;
-    // `--log text|json`: log as `quorumguard serve` does (one line per review, to stderr).
-    if let Some(format) = args
+    // `--log json|text|off`: log as `quorumguard serve` does (one line per review), into
+    // /dev/null; json by default.
+    let log = args
         .iter()
         .position(|a| a == "--log")
         .and_then(|i| args.get(i + 1))
-    {
-        let format = match format.as_str() {
-            "json" => LogFormat::Json,
-            _ => LogFormat::Text,
-        };
-        init_logging(format, "info")?;
-    }
+        .map_or("json", String::as_str);
+    let format = match log {
+        "off" => None,
+        "json" => Some(LogFormat::Json),
+        "text" => Some(LogFormat::Text),
+        other => anyhow::bail!("--log {other}: choose json, text or off"),
+    };
+    let _logs = match format {
+        Some(f) => Some(init_logging_to(f, "info", std::fs::File::create("/dev/null")?)?),
+        None => None,
+    };
     let servers_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("servers")

@@ -14,6 +14,6 @@ mod metrics;
 mod readiness;
 
 pub use admin::admin_router;
-pub use logging::{LogFormat, TelemetryError, init_logging};
+pub use logging::{LogFormat, LogGuard, TelemetryError, init_logging, init_logging_to};
 pub use metrics::{DURATION_BUCKETS, InFlightGuard, METRIC_PREFIX, METRICS_CONTENT_TYPE, Metrics};
 pub use readiness::Readiness;

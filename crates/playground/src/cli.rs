@@ -91,9 +91,12 @@ pub fn run(args: &PlaygroundArgs) -> anyhow::Result<ExitCode> {
         );
     };
     let real_api = real_api_plan(args)?;
-    if let Some(filter) = &args.log {
-        telemetry::init_logging(LogFormat::Text, filter).context("setting up logging")?;
-    }
+    let _logs = match &args.log {
+        Some(filter) => {
+            Some(telemetry::init_logging(LogFormat::Text, filter).context("setting up logging")?)
+        }
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -45,7 +45,8 @@ pub struct Webhook {
 /// The outcome of one review, for the log line, the metrics and the response.
 pub struct Outcome {
     pub allowed: bool,
-    pub reason: String,
+    /// The reason code (a [`Reason`] or one of the webhook's own: `NotHandled`, ...).
+    pub reason: &'static str,
     /// The engine's answer ([`admit`]: a denial's message ends with the next safe action).
     pub verdict: Option<Judgement>,
 }
@@ -91,7 +92,7 @@ impl Webhook {
             Subject::Unhandled(_) => {
                 return Outcome {
                     allowed: true,
-                    reason: "NotHandled".into(),
+                    reason: "NotHandled",
                     verdict: None,
                 };
             }
@@ -177,7 +178,7 @@ impl Webhook {
         }
         Outcome {
             allowed: verdict.allowed,
-            reason: verdict.reason.as_str().to_string(),
+            reason: verdict.reason.as_str(),
             verdict: Some(verdict),
         }
     }
@@ -186,7 +187,7 @@ impl Webhook {
     fn not_synced(&self, d: &Decoded) -> Outcome {
         Outcome {
             allowed: self.policy.on_unknown_health(&d.requester) == OnUnknownHealth::Allow,
-            reason: Reason::HealthUnknown.as_str().into(),
+            reason: Reason::HealthUnknown.as_str(),
             verdict: None,
         }
     }
@@ -247,14 +248,14 @@ enum Ask<'a> {
 fn unguarded() -> Outcome {
     Outcome {
         allowed: true,
-        reason: "NoControlPlane".into(),
+        reason: "NoControlPlane",
         verdict: None,
     }
 }
 
 /// The messages for outcomes without an engine verdict.
 fn plain_message(d: &Decoded, o: &Outcome, state: &ClusterState) -> String {
-    match (&d.subject, o.reason.as_str()) {
+    match (&d.subject, o.reason) {
         (Subject::Unhandled(what), _) => {
             format!("quorumguard does not judge {what}; allowed")
         }
@@ -343,14 +344,15 @@ async fn handle(w: Arc<Webhook>, endpoint: Endpoint, req: Request) -> Response {
         }
     };
     let outcome = w.judge(&decoded);
-    let review = match &outcome.verdict {
+    let body = match &outcome.verdict {
         Some(v) => review::respond(
-            &decoded.request,
+            &decoded.uid,
             v.allowed,
             v.reason.as_str(),
             &v.message,
             &v.warnings,
-        ),
+        )
+        .to_vec(),
         None => {
             let message = plain_message(&decoded, &outcome, &w.state);
             let warnings = if outcome.allowed {
@@ -359,12 +361,13 @@ async fn handle(w: Arc<Webhook>, endpoint: Endpoint, req: Request) -> Response {
                 Vec::new()
             };
             review::respond(
-                &decoded.request,
+                &decoded.uid,
                 outcome.allowed,
-                &outcome.reason,
+                outcome.reason,
                 &message,
                 &warnings,
             )
+            .to_vec()
         }
     };
     let seconds = started.elapsed().as_secs_f64();
@@ -372,11 +375,11 @@ async fn handle(w: Arc<Webhook>, endpoint: Endpoint, req: Request) -> Response {
         endpoint.as_str(),
         decoded.operation,
         outcome.allowed,
-        &outcome.reason,
+        outcome.reason,
         seconds,
     );
     tracing::info!(
-        uid = %decoded.request.uid,
+        uid = %decoded.uid,
         kind = %decoded.kind,
         namespace = %decoded.namespace,
         name = %decoded.name,
@@ -388,5 +391,9 @@ async fn handle(w: Arc<Webhook>, endpoint: Endpoint, req: Request) -> Response {
         duration_ms = seconds * 1000.0,
         "admission review"
     );
-    axum::Json(review).into_response()
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from(body),
+    )
+        .into_response()
 }

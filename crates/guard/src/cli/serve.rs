@@ -305,7 +305,9 @@ pub async fn terminated() {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     args.check()?;
-    telemetry::init_logging(args.log_format, &args.log).context("setting up logging")?;
+    // Held to the end: dropping it writes out the last lines.
+    let _logs =
+        telemetry::init_logging(args.log_format, &args.log).context("setting up logging")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

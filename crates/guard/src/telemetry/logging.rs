@@ -1,6 +1,12 @@
 //! Logs: the process-wide subscriber writing to stderr, as text or JSON ([`init_logging`]).
+//!
+//! Lines are formatted on the thread that logs and written by a thread of their own
+//! (tracing-appender's non-blocking writer), through a buffer flushed whenever no line is
+//! waiting: a webhook answering thousands of reviews a second writes its per-review lines in a
+//! few large writes instead of one `write(2)` each on the request's thread. Nothing is dropped:
+//! when 128,000 lines are waiting (stderr blocked), logging waits, as a direct write would.
 
-use std::io::IsTerminal;
+use std::io::{BufWriter, IsTerminal};
 
 /// How logs are written: text for people at a terminal, JSON for log pipelines.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -28,19 +34,45 @@ pub enum TelemetryError {
     AlreadyInitialized(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
+/// Keeps the log writer running: dropping it writes out every line logged so far. Hold it until
+/// the program ends.
+#[must_use = "dropping the guard stops the log writer; hold it until the program ends"]
+pub struct LogGuard(#[allow(dead_code)] tracing_appender::non_blocking::WorkerGuard);
+
+impl std::fmt::Debug for LogGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogGuard")
+    }
+}
+
 /// Installs the process-wide log subscriber, writing to stderr (stdout stays free for command
 /// output such as `quorumguard check`'s report). `filter` uses `EnvFilter` syntax, for example
-/// `info` or `info,quorumguard=debug`; call this once, early in `main`.
-pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), TelemetryError> {
+/// `info` or `info,quorumguard=debug`; call this once, early in `main`, and hold the guard.
+pub fn init_logging(format: LogFormat, filter: &str) -> Result<LogGuard, TelemetryError> {
+    init_logging_to(format, filter, std::io::stderr())
+}
+
+/// [`init_logging`] writing to `out` instead of stderr (benchmarks write to `/dev/null`, with
+/// the same writer thread and buffer).
+pub fn init_logging_to<W: std::io::Write + Send + 'static>(
+    format: LogFormat,
+    filter: &str,
+    out: W,
+) -> Result<LogGuard, TelemetryError> {
     let env_filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|source| {
         TelemetryError::InvalidFilter {
             filter: filter.to_owned(),
             source,
         }
     })?;
+    // The writer thread flushes the buffer each time it has written every waiting line.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("quorumguard-log")
+        .finish(BufWriter::with_capacity(64 * 1024, out));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(env_filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     let installed = match format {
         LogFormat::Text => builder
             .with_ansi(std::io::stderr().is_terminal())
@@ -52,7 +84,8 @@ pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), TelemetryErro
             .with_span_list(false)
             .try_init(),
     };
-    installed.map_err(TelemetryError::AlreadyInitialized)
+    installed.map_err(TelemetryError::AlreadyInitialized)?;
+    Ok(LogGuard(guard))
 }
 
 #[cfg(test)]

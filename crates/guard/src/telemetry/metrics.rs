@@ -27,15 +27,15 @@ pub const METRICS_CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReviewLabels {
-    endpoint: String,
-    operation: String,
+    endpoint: &'static str,
+    operation: &'static str,
     allowed: bool,
-    reason: String,
+    reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndpointLabels {
-    endpoint: String,
+    endpoint: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -167,37 +167,36 @@ impl Metrics {
     }
 
     /// Records one answered review: counts it and observes its duration in seconds.
+    ///
+    /// The labels are static strings (the endpoints, operations and reason codes are a closed
+    /// set): looking a series up allocates nothing.
     pub fn observe_review(
         &self,
-        endpoint: &str,
-        operation: &str,
+        endpoint: &'static str,
+        operation: &'static str,
         allowed: bool,
-        reason: &str,
+        reason: &'static str,
         seconds: f64,
     ) {
         self.requests
             .get_or_create(&ReviewLabels {
-                endpoint: endpoint.to_owned(),
-                operation: operation.to_owned(),
+                endpoint,
+                operation,
                 allowed,
-                reason: reason.to_owned(),
+                reason,
             })
             .inc();
         self.duration
-            .get_or_create(&EndpointLabels {
-                endpoint: endpoint.to_owned(),
-            })
+            .get_or_create(&EndpointLabels { endpoint })
             .observe(seconds);
     }
 
     /// Counts a review as in flight until the returned guard is dropped, so early returns and
     /// panics (unwinding) cannot leave the gauge too high.
-    pub fn in_flight(&self, endpoint: &str) -> InFlightGuard {
+    pub fn in_flight(&self, endpoint: &'static str) -> InFlightGuard {
         let gauge = self
             .in_flight
-            .get_or_create(&EndpointLabels {
-                endpoint: endpoint.to_owned(),
-            })
+            .get_or_create(&EndpointLabels { endpoint })
             .clone();
         gauge.inc();
         InFlightGuard { gauge }
