@@ -39,7 +39,11 @@ fn main() -> Result<()> {
         other => anyhow::bail!("--log {other}: choose json, text or off"),
     };
     let _logs = match format {
-        Some(f) => Some(init_logging_to(f, "info", std::fs::File::create("/dev/null")?)?),
+        Some(f) => Some(init_logging_to(
+            f,
+            "info",
+            std::fs::File::create("/dev/null")?,
+        )?),
         None => None,
     };
     let servers_rt = tokio::runtime::Builder::new_multi_thread()
