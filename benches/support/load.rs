@@ -59,7 +59,7 @@ impl Options {
     pub fn targets(&self) -> Vec<Target> {
         match self.only {
             Some(t) => vec![t],
-            None => vec![Target::Floor, Target::Quorumguard],
+            None => vec![Target::Floor, Target::FloorJson, Target::Quorumguard],
         }
     }
 }
@@ -68,6 +68,9 @@ impl Options {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
     Floor,
+    /// The floor, reading each body through serde_json first (tokenized, nothing built): what
+    /// any serde_json-based webhook pays before it decides anything.
+    FloorJson,
     Quorumguard,
 }
 
@@ -75,6 +78,7 @@ impl Target {
     pub fn as_str(self) -> &'static str {
         match self {
             Target::Floor => "floor",
+            Target::FloorJson => "floor+json",
             Target::Quorumguard => "quorumguard",
         }
     }
@@ -249,9 +253,24 @@ impl Servers {
                 ([("content-type", "application/json")], allow)
             }
         };
+        let tokenize = {
+            let answer = answer.clone();
+            move |body: Bytes| {
+                let read = serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok();
+                let answer = answer.clone();
+                async move {
+                    if !read {
+                        return Err(axum::http::StatusCode::BAD_REQUEST);
+                    }
+                    Ok(answer(body).await)
+                }
+            }
+        };
         let app = Router::new()
             .route("/validate/machines", post(answer.clone()))
-            .route("/validate/kubeadmcontrolplanes", post(answer));
+            .route("/validate/kubeadmcontrolplanes", post(answer))
+            .route("/json/validate/machines", post(tokenize.clone()))
+            .route("/json/validate/kubeadmcontrolplanes", post(tokenize));
         let floor_handle = Handle::new();
         let floor_task = tokio::spawn(
             server::https("127.0.0.1:0".parse()?, tls)
@@ -278,7 +297,7 @@ impl Servers {
     /// Drives `target` with the mix; see [`Options`].
     pub async fn drive(&self, target: Target, opts: &Options) -> Result<Report> {
         let addr = match target {
-            Target::Floor => self.floor,
+            Target::Floor | Target::FloorJson => self.floor,
             Target::Quorumguard => self.quorumguard,
         };
         drive_at(addr, &self.pki, target, opts).await
@@ -465,11 +484,14 @@ async fn exchange(
     review: &Review,
     target: Target,
 ) -> Result<String> {
-    let request = Request::post(review.path)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, */*")
-        .header("user-agent", "kube-apiserver-admission")
-        .body(Full::new(review.body.clone()))?;
+    let request = Request::post(match target {
+        Target::FloorJson => format!("/json{}", review.path),
+        _ => review.path.to_string(),
+    })
+    .header("content-type", "application/json")
+    .header("accept", "application/json, */*")
+    .header("user-agent", "kube-apiserver-admission")
+    .body(Full::new(review.body.clone()))?;
     sender.ready().await?;
     let response = sender.send_request(request).await?;
     let status = response.status();
@@ -559,6 +581,7 @@ pub fn table(opts: &Options, rounds: &[Vec<Report>]) -> String {
         "RSS peak"
     );
     let mut ratios = Vec::new();
+    let mut json_ratios: Vec<(f64, f64)> = Vec::new();
     for (i, reports) in rounds.iter().enumerate() {
         for r in reports {
             let (server_cpu, client_cpu) = r.cpu_us_per_request();
@@ -583,6 +606,12 @@ pub fn table(opts: &Options, rounds: &[Vec<Report>]) -> String {
                 qg.throughput() / floor.throughput(),
                 qg.quantile_ms(0.99) / floor.quantile_ms(0.99),
             ));
+            if let Some(json) = find(Target::FloorJson) {
+                json_ratios.push((
+                    json.throughput() / floor.throughput(),
+                    qg.throughput() / json.throughput(),
+                ));
+            }
         }
     }
     if !ratios.is_empty() {
@@ -605,10 +634,27 @@ pub fn table(opts: &Options, rounds: &[Vec<Report>]) -> String {
             if tput >= 0.8 { "met" } else { "missed" }
         );
         out += &format!(
-            "p99 quorumguard/floor:        median {p99:.2} (rounds: {}; target <= 1.50: {})\n",
+            "p99 quorumguard/floor:        median {p99:.2} (rounds: {}; target <= 1.30: {})\n",
             each(|r| r.1),
-            if p99 <= 1.5 { "met" } else { "missed" }
+            if p99 <= 1.3 { "met" } else { "missed" }
         );
+        if !json_ratios.is_empty() {
+            let rounds = |f: fn(&(f64, f64)) -> f64| {
+                json_ratios
+                    .iter()
+                    .map(|r| format!("{:.2}", f(r)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            out += &format!(
+                "throughput floor+json/floor:  rounds {} (the bound of a serde_json reader)\n",
+                rounds(|r| r.0)
+            );
+            out += &format!(
+                "throughput quorumguard/floor+json: rounds {}\n",
+                rounds(|r| r.1)
+            );
+        }
     }
     out += "RSS is the whole process's: both servers, the API-server stand-in and the load generator.\n";
     out += "CPU µs/req: the server runtime's threads + the load generator's, in the measured window.\n";
@@ -654,8 +700,9 @@ pub fn options_from(args: &[String]) -> Result<Options> {
             "only" => {
                 opts.only = Some(match value {
                     "floor" => Target::Floor,
+                    "floor+json" => Target::FloorJson,
                     "quorumguard" => Target::Quorumguard,
-                    _ => bail!("--only floor or --only quorumguard"),
+                    _ => bail!("--only floor, --only floor+json or --only quorumguard"),
                 })
             }
             _ => bail!("unknown setting {key}"),

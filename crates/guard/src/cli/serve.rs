@@ -305,6 +305,7 @@ pub async fn terminated() {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     args.check()?;
+    crate::server::tune_malloc();
     // Held to the end: dropping it writes out the last lines.
     let _logs =
         telemetry::init_logging(args.log_format, &args.log).context("setting up logging")?;

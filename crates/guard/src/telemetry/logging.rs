@@ -4,7 +4,8 @@
 //! (tracing-appender's non-blocking writer), through a buffer flushed whenever no line is
 //! waiting: a webhook answering thousands of reviews a second writes its per-review lines in a
 //! few large writes instead of one `write(2)` each on the request's thread. Nothing is dropped:
-//! when 128,000 lines are waiting (stderr blocked), logging waits, as a direct write would.
+//! when [`LINES_WAITING`] lines are waiting (stderr blocked), logging waits, as a direct write
+//! would.
 
 use std::io::{BufWriter, IsTerminal};
 
@@ -33,6 +34,11 @@ pub enum TelemetryError {
     #[error("cannot install the log subscriber: {0}")]
     AlreadyInitialized(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
 }
+
+/// How many formatted lines may wait for the writer thread. The queue is a ring allocated whole
+/// (tracing-appender's default of 128,000 lines is 4 MiB, all of it resident once that many
+/// lines have passed); 8,192 lines are about half a second of a webhook under full load.
+pub const LINES_WAITING: usize = 8_192;
 
 /// Keeps the log writer running: dropping it writes out every line logged so far. Hold it until
 /// the program ends.
@@ -68,6 +74,7 @@ pub fn init_logging_to<W: std::io::Write + Send + 'static>(
     // The writer thread flushes the buffer each time it has written every waiting line.
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
+        .buffered_lines_limit(LINES_WAITING)
         .thread_name("quorumguard-log")
         .finish(BufWriter::with_capacity(64 * 1024, out));
     let builder = tracing_subscriber::fmt()
