@@ -1,14 +1,16 @@
 //! The webhook under load (issue 6, part 2): quorumguard and a floor server of the same stack
 //! (and the floor reading each body with serde_json, `floor+json`: the bound of any webhook
 //! that reads its reviews with serde_json), in this process, each driven over h2 + TLS at a
-//! fixed concurrency for a fixed time with the same mix of Machine DELETE and KCP UPDATE reviews; prints throughput, latency quantiles, the
-//! ratios against the targets and the process's RSS. See benches/support/load.rs.
+//! fixed concurrency for a fixed time with the same mix of Machine DELETE and KCP UPDATE
+//! reviews; prints throughput, latency quantiles, the ratios against the targets and the
+//! process's RSS. See benches/support/load.rs.
 //!
 //! Run: `cargo bench --bench webhook_load` (concurrency 64 over 3 connections, 2 s warm-up,
 //! 10 s measured). Settings: `-- --concurrency N --connections N --duration 10s --warmup 2s`,
 //! or the environment `QG_LOAD_CONCURRENCY`, `QG_LOAD_CONNECTIONS`, `QG_LOAD_DURATION`,
-//! `QG_LOAD_WARMUP`; `-- --rounds N` (`QG_LOAD_ROUNDS`) repeats floor, floor+json, quorumguard and
-//! reports the median ratios; `-- --only floor|floor+json|quorumguard` drives one, to profile it;
+//! `QG_LOAD_WARMUP`; `-- --rounds N` (`QG_LOAD_ROUNDS`) repeats floor, floor+json,
+//! quorumguard and reports the median ratios; `-- --only floor|floor+json|quorumguard` drives
+//! one, to profile it;
 //! `-- --smoke` (or `QG_LOAD_SMOKE=1`) is 1 s at concurrency 4. quorumguard logs as `serve` does
 //! by default (JSON, level info: one line per review, through serve's writer thread), into
 //! `/dev/null`; `-- --log text` logs text, `-- --log off` not at all.

@@ -619,13 +619,15 @@ pub fn table(opts: &Options, rounds: &[Vec<Report>]) -> String {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
-        let each = |f: fn(&(f64, f64)) -> f64| {
-            ratios
+        // One pair's figure of every round, listed.
+        let each_of = |pairs: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| {
+            pairs
                 .iter()
                 .map(|r| format!("{:.2}", f(r)))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let each = |f| each_of(&ratios, f);
         let tput = median(ratios.iter().map(|r| r.0).collect());
         let p99 = median(ratios.iter().map(|r| r.1).collect());
         out += &format!(
@@ -639,13 +641,7 @@ pub fn table(opts: &Options, rounds: &[Vec<Report>]) -> String {
             if p99 <= 1.3 { "met" } else { "missed" }
         );
         if !json_ratios.is_empty() {
-            let rounds = |f: fn(&(f64, f64)) -> f64| {
-                json_ratios
-                    .iter()
-                    .map(|r| format!("{:.2}", f(r)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
+            let rounds = |f| each_of(&json_ratios, f);
             out += &format!(
                 "throughput floor+json/floor:  rounds {} (the bound of a serde_json reader)\n",
                 rounds(|r| r.0)

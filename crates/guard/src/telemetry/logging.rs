@@ -42,28 +42,36 @@ pub const LINES_WAITING: usize = 8_192;
 
 /// Keeps the log writer running: dropping it writes out every line logged so far. Hold it until
 /// the program ends.
+#[derive(Debug)]
 #[must_use = "dropping the guard stops the log writer; hold it until the program ends"]
-pub struct LogGuard(#[allow(dead_code)] tracing_appender::non_blocking::WorkerGuard);
-
-impl std::fmt::Debug for LogGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LogGuard")
-    }
+pub struct LogGuard {
+    _worker: tracing_appender::non_blocking::WorkerGuard,
 }
 
 /// Installs the process-wide log subscriber, writing to stderr (stdout stays free for command
 /// output such as `quorumguard check`'s report). `filter` uses `EnvFilter` syntax, for example
 /// `info` or `info,quorumguard=debug`; call this once, early in `main`, and hold the guard.
 pub fn init_logging(format: LogFormat, filter: &str) -> Result<LogGuard, TelemetryError> {
-    init_logging_to(format, filter, std::io::stderr())
+    let ansi = std::io::stderr().is_terminal();
+    install(format, filter, std::io::stderr(), ansi)
 }
 
 /// [`init_logging`] writing to `out` instead of stderr (benchmarks write to `/dev/null`, with
-/// the same writer thread and buffer).
+/// the same writer thread and buffer); text without colours.
 pub fn init_logging_to<W: std::io::Write + Send + 'static>(
     format: LogFormat,
     filter: &str,
     out: W,
+) -> Result<LogGuard, TelemetryError> {
+    install(format, filter, out, false)
+}
+
+/// The subscriber, writing to `out` through the writer thread; `ansi`: colour text lines.
+fn install<W: std::io::Write + Send + 'static>(
+    format: LogFormat,
+    filter: &str,
+    out: W,
+    ansi: bool,
 ) -> Result<LogGuard, TelemetryError> {
     let env_filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|source| {
         TelemetryError::InvalidFilter {
@@ -81,9 +89,7 @@ pub fn init_logging_to<W: std::io::Write + Send + 'static>(
         .with_env_filter(env_filter)
         .with_writer(writer);
     let installed = match format {
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
+        LogFormat::Text => builder.with_ansi(ansi).try_init(),
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
@@ -92,7 +98,7 @@ pub fn init_logging_to<W: std::io::Write + Send + 'static>(
             .try_init(),
     };
     installed.map_err(TelemetryError::AlreadyInitialized)?;
-    Ok(LogGuard(guard))
+    Ok(LogGuard { _worker: guard })
 }
 
 #[cfg(test)]

@@ -1,26 +1,27 @@
 //! The AdmissionReview request envelope, borrowed from the body: every string the rules or the
 //! answer read is a [`Str`] pointing into the request bytes (copied only when it holds a JSON
-//! escape), and what is never read (`options`, `userInfo.extra`, `requestKind`, ...) is checked
-//! for its type and skipped without being built.
+//! escape), and what is never read (`options`, `requestKind`, ...) is checked for its type and
+//! skipped without being built (`userInfo.extra` is kept as borrowed strings).
 //!
 //! Why our own instead of kube's `AdmissionRequest`: kube's owns every string, builds
 //! `options` as a `serde_json::Value` tree and `userInfo.extra` as a map of vectors, about forty
 //! allocations per review that nothing reads (`cargo bench --bench core -- review`). The
 //! envelope accepts exactly the bodies kube's type accepts (same required fields, same types,
-//! same names in the messages: the structs are renamed after kube's), which the test
+//! same names in the messages: the structs are named after kube's), which the test
 //! `the_envelope_accepts_what_kubes_request_accepts` checks against kube's type.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 
 use kube::core::admission::Operation;
 use serde::Deserialize;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use crate::capi::ObjectParts;
 
 /// A JSON string borrowed from the body, or owned when it had to be unescaped.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Str<'a>(pub Cow<'a, str>);
 
 impl Str<'_> {
@@ -120,8 +121,8 @@ pub struct GroupVersionResource<'a> {
     pub api_version: Option<IgnoredAny>,
 }
 
-/// `authentication.k8s.io/v1` UserInfo: the name and groups are read; `extra` is checked to be
-/// a map of string lists, as k8s-openapi's type requires, and skipped. Only a map is a UserInfo
+/// `authentication.k8s.io/v1` UserInfo: the name and groups are read; `extra` must be a map of
+/// string lists, as k8s-openapi's type requires. Only a map is a UserInfo
 /// (serde's derived structs would take a sequence too), as k8s-openapi's own deserializer has it.
 pub struct UserInfo<'a> {
     pub username: Option<Str<'a>>,
@@ -137,9 +138,9 @@ struct UserInfoFields<'a> {
     uid: Option<Str<'a>>,
     #[serde(default, borrow)]
     groups: Option<Vec<Str<'a>>>,
-    #[serde(default)]
+    #[serde(default, borrow)]
     #[allow(dead_code)]
-    extra: Option<Extra>,
+    extra: Option<BTreeMap<Str<'a>, Vec<Str<'a>>>>,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for UserInfo<'a> {
@@ -160,45 +161,6 @@ impl<'de: 'a, 'a> Deserialize<'de> for UserInfo<'a> {
         }
         // As a struct, so that serde_json reports a wrong type where k8s-openapi's does.
         d.deserialize_struct("UserInfo", &["extra", "groups", "uid", "username"], V)
-    }
-}
-
-/// A map of string lists, checked and not built.
-pub struct Extra;
-
-impl<'de> Deserialize<'de> for Extra {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Strings;
-        impl<'de> Deserialize<'de> for Strings {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                struct V;
-                impl<'de> Visitor<'de> for V {
-                    type Value = Strings;
-                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                        f.write_str("a sequence")
-                    }
-                    fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Strings, A::Error> {
-                        while s.next_element::<Str<'de>>()?.is_some() {}
-                        Ok(Strings)
-                    }
-                }
-                d.deserialize_seq(V)
-            }
-        }
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Extra;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a map")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Extra, A::Error> {
-                while m.next_key::<Str<'de>>()?.is_some() {
-                    m.next_value::<Strings>()?;
-                }
-                Ok(Extra)
-            }
-        }
-        d.deserialize_map(V)
     }
 }
 
