@@ -123,8 +123,34 @@ impl Belief {
     }
 
     /// Judges a successful probe taken at `at` against what earlier probes established, and
-    /// updates the belief.
-    pub fn judge(&mut self, mut probe: Vec<Member>, at: Duration, c: &Confirmation) -> Judged {
+    /// updates the belief. Without the record the earlier probes left, a changed member list is
+    /// not recorded until confirmed ([`Judged::members`] `None`); [`Belief::judge_against`]
+    /// records it at once, as far as it is believed.
+    pub fn judge(&mut self, probe: Vec<Member>, at: Duration, c: &Confirmation) -> Judged {
+        self.judge_against(probe, None, at, c)
+    }
+
+    /// Whether a probe has confirmed member `id` unhealthy (it stays so until a probe sees it
+    /// healthy).
+    pub fn is_confirmed_unhealthy(&self, id: MemberId) -> bool {
+        self.unhealthy.contains(&id)
+    }
+
+    /// [`Belief::judge`], given `record`, the members recorded from the earlier probes. When the
+    /// member list changed and the change awaits confirmation, the record becomes both lists
+    /// together: a member missing from the newest list is kept but never counted healthy
+    /// ([`Health::Unconfirmed`]: its removal awaits confirmation), and a member new in it
+    /// counts as it is listed (a voting member, or a learner) and not healthy until confirmed.
+    /// Counting one more voting member that is not healthy never makes an unsafe operation look
+    /// safe (it raises the quorum, not the healthy count), and no member that seems gone is
+    /// shown gone before a second probe lists it so.
+    pub fn judge_against(
+        &mut self,
+        mut probe: Vec<Member>,
+        record: Option<&[Member]>,
+        at: Duration,
+        c: &Confirmation,
+    ) -> Judged {
         if !c.enabled() {
             *self = Belief::default();
             return Judged {
@@ -141,9 +167,10 @@ impl Belief {
                     _ => at,
                 };
                 if at.saturating_sub(since) < et {
+                    let members = record.map(|r| self.both_lists(probe, r, believed, et));
                     self.new_ids = Some((ids, since));
                     return Judged {
-                        members: None,
+                        members,
                         recheck_in: Some(et),
                     };
                 }
@@ -179,9 +206,20 @@ impl Belief {
                 }
                 Health::Unknown | Health::Unconfirmed(_) => {
                     self.suspects.remove(&m.id);
+                    if self.unhealthy.contains(&m.id) {
+                        m.health = Health::Unhealthy(
+                            "confirmed unhealthy by an earlier probe, not seen healthy since"
+                                .into(),
+                        );
+                    }
                     continue;
                 }
             };
+            if self.unhealthy.contains(&m.id) {
+                // Confirmed down: it stays down until a probe sees it healthy, whatever an
+                // election makes of the others.
+                continue;
+            }
             if electing_unconfirmed && !m.is_learner && answered(m) {
                 // Alive, without a leader to serve its read: the election decides.
                 m.health = Health::Unconfirmed(format!(
@@ -196,9 +234,6 @@ impl Belief {
                 // like.
                 self.suspects.remove(&m.id);
                 self.unhealthy.insert(m.id);
-                continue;
-            }
-            if self.unhealthy.contains(&m.id) {
                 continue;
             }
             let since = *self.suspects.entry(m.id).or_insert(at);
@@ -217,6 +252,61 @@ impl Belief {
             members: Some(probe),
             recheck_in: pending.then_some(et),
         }
+    }
+}
+
+impl Belief {
+    /// The record while a changed member list awaits confirmation: `probe`'s members, each new
+    /// one not healthy, each one that stays judged as usual without updating the belief, and
+    /// the members of `record` that `probe` no longer lists, never healthy.
+    fn both_lists(
+        &self,
+        probe: Vec<Member>,
+        record: &[Member],
+        believed: &BTreeSet<MemberId>,
+        et: Duration,
+    ) -> Vec<Member> {
+        let et = humantime::format_duration(et);
+        let listed: BTreeSet<MemberId> = probe.iter().map(|m| m.id).collect();
+        let mut out: Vec<Member> = probe
+            .into_iter()
+            .map(|mut m| {
+                let why = match &m.health {
+                    _ if !believed.contains(&m.id) => Some(format!(
+                        "new in etcd's member list: not counted healthy until a probe at least {et} later lists it too"
+                    )),
+                    Health::Healthy => None,
+                    Health::Unhealthy(_) | Health::Unknown | Health::Unconfirmed(_)
+                        if self.unhealthy.contains(&m.id) =>
+                    {
+                        m.health = Health::Unhealthy(
+                            "confirmed unhealthy by an earlier probe, not seen healthy since"
+                                .into(),
+                        );
+                        None
+                    }
+                    Health::Unhealthy(e) => Some(format!(
+                        "{e} (seen by one probe: believed when a probe at least {et} later sees it too)"
+                    )),
+                    Health::Unknown | Health::Unconfirmed(_) => None,
+                };
+                if let Some(why) = why {
+                    m.health = Health::Unconfirmed(why);
+                }
+                m
+            })
+            .collect();
+        out.extend(record.iter().filter(|r| !listed.contains(&r.id)).map(|r| {
+            let mut m = r.clone();
+            m.is_leader = false;
+            if !matches!(m.health, Health::Unhealthy(_)) {
+                m.health = Health::Unconfirmed(format!(
+                    "missing from etcd's latest member list: its removal is believed when a probe at least {et} later lists the same members"
+                ));
+            }
+            m
+        }));
+        out
     }
 }
 
@@ -474,5 +564,65 @@ mod tests {
         let j = b.judge(vec![leaderless(1), leaderless(2)], s(1.0), &off);
         assert_eq!(healths(&j), ["down", "down"]);
         assert_eq!(j.recheck_in, None);
+    }
+
+    #[test]
+    fn a_removed_member_never_counts_healthy_while_its_removal_awaits_confirmation() {
+        let mut b = Belief::default();
+        let j = b.judge_against(
+            vec![up(1, true), up(2, false), up(3, false)],
+            None,
+            s(0.0),
+            &c(),
+        );
+        let record = j.members.expect("a record");
+        // Member 3 is removed; member 4 is added (a voting member, not started yet).
+        let mut added = Member::new(4, "");
+        added.health = Health::Unhealthy("not started".into());
+        let j = b.judge_against(
+            vec![up(1, true), up(2, false), added.clone()],
+            Some(&record),
+            s(1.0),
+            &c(),
+        );
+        assert_eq!(j.recheck_in, Some(ET));
+        let members = j.members.expect("both lists, at once");
+        let ids: Vec<u64> = members.iter().map(|m| m.id.0).collect();
+        assert_eq!(ids, [1, 2, 4, 3]);
+        assert_eq!(
+            healths_of(&members),
+            ["up", "up", "unconfirmed", "unconfirmed"]
+        );
+        assert!(!members[2].is_learner, "a new member counts as voting");
+        // Confirmed an election timeout later: the newest list alone.
+        let j = b.judge_against(
+            vec![up(1, true), up(2, false), added],
+            Some(&members),
+            s(2.0),
+            &c(),
+        );
+        assert_eq!(j.members.expect("a record").len(), 3);
+    }
+
+    #[test]
+    fn a_confirmed_down_member_stays_down_through_an_election() {
+        let mut b = Belief::default();
+        b.judge(vec![up(1, true), up(2, false), silent(3)], s(0.0), &c());
+        let j = b.judge(vec![up(1, true), up(2, false), silent(3)], s(1.0), &c());
+        assert_eq!(healths(&j), ["up", "up", "down"]);
+        // The leader goes; member 3 answers again but cannot read: it stays down, the others
+        // are in the election.
+        let j = b.judge(vec![silent(1), leaderless(2), leaderless(3)], s(2.0), &c());
+        assert_eq!(healths(&j), ["unconfirmed", "unconfirmed", "down"]);
+        // Seen healthy, it is healthy.
+        let j = b.judge(vec![up(1, false), up(2, true), up(3, false)], s(3.0), &c());
+        assert_eq!(healths(&j), ["up", "up", "up"]);
+    }
+
+    fn healths_of(v: &[Member]) -> Vec<&'static str> {
+        healths(&Judged {
+            members: Some(v.to_vec()),
+            recheck_in: None,
+        })
     }
 }

@@ -4,12 +4,14 @@
 
 pub mod confirm;
 pub mod decide;
+pub mod fresh;
 pub mod model;
 pub mod next_action;
 pub mod quorum;
 
 pub use confirm::{Belief, Confirmation, Judged};
 pub use decide::{Figures, Judgement, Operation, Reason, Verdict, admit, admit_deletion, decide};
+pub use fresh::{failed_view, fresh_view};
 pub use model::*;
 pub use next_action::{ActionCode, NextAction, next_action};
 

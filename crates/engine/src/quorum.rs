@@ -65,7 +65,9 @@ impl Tally {
     }
 }
 
-/// A member's health as the rules read it; a stale probe proves nothing.
+/// A member's health as the rules read it: a stale probe proves nothing healthy, but a member
+/// the record holds unhealthy stays unhealthy until a probe sees it healthy (bad news is not
+/// forgotten because the record grew old).
 pub fn effective(m: &Member, stale: bool) -> Health {
     effective_ref(m, stale).to_health()
 }
@@ -73,9 +75,7 @@ pub fn effective(m: &Member, stale: bool) -> Health {
 /// [`effective`] without copying the error text (what every tally and decision reads).
 pub fn effective_ref(m: &Member, stale: bool) -> HealthRef<'_> {
     match m.effective_health_ref() {
-        HealthRef::Healthy | HealthRef::Unhealthy(_) if stale && !m.is_unstarted() => {
-            HealthRef::Unknown(None)
-        }
+        HealthRef::Healthy if stale => HealthRef::Unknown(None),
         h => h,
     }
 }
@@ -194,6 +194,18 @@ mod tests {
             unhealthy,
             unknown,
         }
+    }
+
+    #[test]
+    fn a_stale_record_hides_health_but_not_a_member_known_down() {
+        let mut up = Member::new(1, "a");
+        up.health = Health::Healthy;
+        let mut down = Member::new(2, "b");
+        down.health = Health::Unhealthy("no answer within 2s".into());
+        assert_eq!(effective(&up, true), Health::Unknown);
+        assert_eq!(effective(&up, false), Health::Healthy);
+        assert!(matches!(effective(&down, true), Health::Unhealthy(_)));
+        assert_eq!(Tally::of([&up, &down], true), t(0, 1, 1));
     }
 
     #[test]
