@@ -19,7 +19,8 @@ use tokio::task::JoinHandle;
 
 use crate::admission::{Webhook, events};
 use crate::engine::Policy;
-use crate::etcd::sweep::SweepConfig;
+use crate::etcd::fresh::FreshProbes;
+use crate::etcd::sweep::{Probers, SweepConfig};
 use crate::lease::{Elector, Leadership, LeaseConfig};
 use crate::state::{ClusterState, Kind, watch};
 use crate::status::metrics::EnricherMetrics;
@@ -184,7 +185,18 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
 
     let mut leadership = None;
     let mut elector = None;
+    let mut fresh = None;
     if let Some(cfg) = config.sweep.clone() {
+        // The sweep and the webhook's fresh probes share the kept probers (and so the etcd
+        // connections).
+        let probers = Arc::new(Probers::default());
+        fresh = Some(Arc::new(FreshProbes::new(
+            client.clone(),
+            state.clone(),
+            probers.clone(),
+            &cfg,
+            &metrics,
+        )));
         let enricher_metrics = Arc::new(EnricherMetrics::register(&metrics));
         let mut publisher = None;
         if let Some(status) = config.status.clone() {
@@ -219,7 +231,7 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
         )));
         let (c, s) = (client.clone(), state.clone());
         tasks.push(spawn_background("quorumguard-enricher", move || {
-            publish::enrich(c, s, cfg, publisher, enricher_metrics, Some(first_tx))
+            publish::enrich(c, s, cfg, publisher, enricher_metrics, probers, Some(first_tx))
         }));
     } else {
         // etcd is not probed: there is no sweep to wait for.
@@ -261,13 +273,17 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
     let sink = config
         .events
         .then(|| events::spawn(client.clone(), config.pod_name.clone(), 256));
-    let webhook = Arc::new(Webhook::new(
+    let mut webhook = Webhook::new(
         state.clone(),
         config.policy.clone(),
         metrics.clone(),
         sink,
         config.reservation_ttl,
-    ));
+    );
+    if let Some(fresh) = fresh {
+        webhook = webhook.with_fresh_probes(fresh);
+    }
+    let webhook = Arc::new(webhook);
 
     let admin = TcpListener::bind(config.admin_listen)
         .await

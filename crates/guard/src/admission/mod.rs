@@ -1,8 +1,14 @@
 //! The validating admission webhook: HTTP in, the engine's verdict out.
 //!
-//! A review is decided from the caches and the latest etcd snapshot only: nothing in the request
-//! path waits on etcd or the API server, so every answer comes back in microseconds and the
-//! webhook's timeout never adds to an operator's outage. Events are handed to a bounded queue and
+//! A review is first decided from the caches and the record of the latest etcd probes. Denials,
+//! unconditional allows and allows that do not rest on etcd (a memberless Machine, external
+//! etcd, no replica change) are answered from that at once, in microseconds. An allow that
+//! rests on etcd health ([`Reason::allow_rests_on_etcd`]) is decided again on a fresh probe of
+//! the cluster's etcd, taken after the request arrived ([`crate::etcd::fresh`]): an allow that
+//! depends on etcd health rests on answers etcd gave after the request arrived. That wait is
+//! bounded by `--fresh-probe-timeout`, well inside the webhook's `timeoutSeconds`; a probe that
+//! fails or runs out of time leaves the decision to the unknown-health policy, never to the
+//! cached record. Nothing waits on the API server. Events are handed to a bounded queue and
 //! published in the background.
 
 pub mod events;
@@ -20,10 +26,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 
 use crate::engine::{
-    ANNOTATION_BREAK_GLASS, Judgement, Machine, OnUnknownHealth, Operation, Policy, Reason, admit,
-    admit_deletion,
+    ANNOTATION_BREAK_GLASS, EtcdSnapshot, EtcdState, Judgement, Machine, Member, OnUnknownHealth,
+    Operation, Policy, Reason, admit, admit_deletion, failed_view, fresh_view,
 };
-use crate::state::{ClusterState, Lookup};
+use crate::etcd::fresh::{Fresh, FreshProbes};
+use crate::state::{ClusterState, Lookup, ProbeTarget};
 use crate::telemetry::Metrics;
 use events::{EventSink, Notice};
 use reservations::Reservations;
@@ -40,6 +47,38 @@ pub struct Webhook {
     pub metrics: Arc<Metrics>,
     pub events: Option<EventSink>,
     reservations: Mutex<Reservations>,
+    /// Fresh etcd probes before allows that rest on etcd (`None`: etcd is not probed, as in
+    /// tests that set the record themselves; the record is all there is).
+    fresh: Option<Arc<FreshProbes>>,
+}
+
+/// Which pass of a review [`Webhook::decide`] makes.
+enum Pass {
+    /// On the caches and the record, and final: no fresh probe follows (no prober, or the
+    /// caller is synchronous).
+    Only,
+    /// On the caches and the record; an allow that rests on etcd asks for a fresh probe.
+    First,
+    /// On a fresh probe: the members as the decision counts them.
+    Fresh(Vec<Member>),
+}
+
+/// What [`Webhook::decide`] concluded.
+struct Step {
+    /// The answer; only provisional when `probe` is set (nothing reserved or published).
+    outcome: Outcome,
+    /// Under [`Pass::First`], an allow that rests on etcd: probe this cluster afresh, judge
+    /// the probe against this record, and decide again.
+    probe: Option<(ProbeTarget, Vec<Member>)>,
+}
+
+impl From<Outcome> for Step {
+    fn from(outcome: Outcome) -> Self {
+        Step {
+            outcome,
+            probe: None,
+        }
+    }
 }
 
 /// The outcome of one review, for the log line, the metrics and the response.
@@ -65,7 +104,19 @@ impl Webhook {
             metrics,
             events,
             reservations: Mutex::new(Reservations::new(reservation_ttl)),
+            fresh: None,
         }
+    }
+
+    /// This webhook, deciding every allow that rests on etcd on a fresh probe from `fresh`.
+    pub fn with_fresh_probes(mut self, fresh: Arc<FreshProbes>) -> Self {
+        self.fresh = Some(fresh);
+        self
+    }
+
+    /// The fresh probes this webhook takes, if any.
+    pub fn fresh_probes(&self) -> Option<&Arc<FreshProbes>> {
+        self.fresh.as_ref()
     }
 
     /// The axum router with both review endpoints.
@@ -84,8 +135,44 @@ impl Webhook {
             .len()
     }
 
-    /// Decides a decoded review. Synchronous and quick: it reads the caches, never waits.
+    /// Decides a decoded review on the caches and the record of the latest probes alone:
+    /// synchronous and quick, it never waits. What `serve` answers is [`Webhook::review`], which
+    /// takes a fresh probe where an allow rests on etcd.
     pub fn judge(&self, d: &Decoded) -> Outcome {
+        self.decide(d, Pass::Only, None).outcome
+    }
+
+    /// Decides a decoded review that arrived at `arrived`: on the caches and the record; then,
+    /// when that would allow an operation whose safety rests on etcd, again on a fresh probe of
+    /// the cluster's etcd taken after `arrived` (or, if none can be had within
+    /// `--fresh-probe-timeout`, as for unknown health).
+    pub async fn review(&self, d: &Decoded, arrived: Instant) -> Outcome {
+        let Some(fresh) = &self.fresh else {
+            return self.judge(d);
+        };
+        let first = self.decide(d, Pass::First, Some(arrived));
+        let Some((target, record)) = first.probe else {
+            return first.outcome;
+        };
+        let members = match fresh.probe(target, arrived).await {
+            Fresh::Members(probe) => fresh_view(probe, &record),
+            Fresh::Failed(e) => {
+                tracing::info!(uid = %d.uid, error = %e, "fresh etcd probe failed: deciding as for unknown health");
+                failed_view(&record)
+            }
+            Fresh::TimedOut(t) => {
+                tracing::info!(uid = %d.uid, timeout_ms = t.as_millis() as u64, "no fresh etcd probe in time: deciding as for unknown health");
+                failed_view(&record)
+            }
+        };
+        self.decide(d, Pass::Fresh(members), None).outcome
+    }
+
+    /// One decision of review `d`. Under [`Pass::First`] an allow that rests on etcd is not
+    /// final: nothing is reserved or published, and [`Step::probe`] asks for a fresh probe; a
+    /// denial that rests on etcd health has the cluster probed in the background (`arrived`
+    /// set), so that the next review sees a recovery.
+    fn decide(&self, d: &Decoded, pass: Pass, arrived: Option<Instant>) -> Step {
         let now = Instant::now();
         let now_unix = crate::unix_now();
         let (kcp_name, ask) = match &d.subject {
@@ -94,11 +181,12 @@ impl Webhook {
                     allowed: true,
                     reason: "NotHandled",
                     verdict: None,
-                };
+                }
+                .into();
             }
             Subject::MachineDelete { machine, .. } => {
                 let Some(kcp) = machine.control_plane_name.clone() else {
-                    return unguarded();
+                    return unguarded().into();
                 };
                 (kcp, Ask::Delete(&machine.machine))
             }
@@ -118,16 +206,25 @@ impl Webhook {
             ),
         };
         let key = (d.namespace.clone(), kcp_name);
-        // One decision at a time: a reservation must be visible to the next review. The lock
-        // covers reading the caches and the reservations; only a review that may reserve (a
-        // Machine deletion, not a dry run) also decides under it, so that the next review sees
-        // its reservation. The others decide after releasing it: under concurrent load, a lock
-        // held through every decision made the server threads wait on each other.
+        // A review that may reserve (a Machine deletion or a scale-up, not a dry run) decides
+        // under the lock, so that the next review sees its reservation; the others decide after
+        // releasing it: under concurrent load, a lock held through every decision made the
+        // server threads wait on each other.
+        let reserving = !d.dry_run
+            && match &ask {
+                Ask::Delete(_) => true,
+                Ask::Update(Operation::UpdateKcp {
+                    replicas_from,
+                    replicas_to,
+                    ..
+                }) => replicas_to > replicas_from,
+                Ask::Update(_) => false,
+            };
         let mut reservations = self.reservations.lock().unwrap_or_else(|e| e.into_inner());
         let mut cp = match self.state.control_plane(&key.0, &key.1, now) {
             Ok(cp) => cp,
-            Err(Lookup::NoSuchKcp) => return unguarded(),
-            Err(Lookup::NotSynced) => return self.not_synced(d),
+            Err(Lookup::NoSuchKcp) => return unguarded().into(),
+            Err(Lookup::NotSynced) => return self.not_synced(d).into(),
         };
         if let Subject::KcpUpdate {
             object: Some(k), ..
@@ -136,43 +233,60 @@ impl Webhook {
             // The request's KCP is fresher than the cache (deletionTimestamp, topology).
             cp.kcp = k.kcp.clone();
         }
+        let first = matches!(pass, Pass::First);
+        if let Pass::Fresh(members) = pass {
+            cp.etcd = EtcdState::Observed(EtcdSnapshot {
+                members,
+                age: Some(Duration::ZERO),
+            });
+        }
         reservations.apply(&key, &mut cp, now, &self.state);
-        let verdict = match ask {
-            Ask::Delete(m) if !d.dry_run => {
-                let verdict = admit_deletion(&cp, m, &d.requester, &self.policy, now_unix);
-                let reserves =
-                    !verdict.reason.is_unconditional() || verdict.reason == Reason::BreakGlass;
-                if verdict.allowed && reserves {
-                    reservations.reserve(key, m.clone(), now, &self.state);
-                }
-                drop(reservations);
-                verdict
-            }
-            Ask::Delete(m) => {
-                drop(reservations);
-                admit_deletion(&cp, m, &d.requester, &self.policy, now_unix)
-            }
-            // A scale-up is reserved too (deletions judged next must count its new member), so
-            // it is decided under the lock like a deletion.
-            Ask::Update(
-                op @ Operation::UpdateKcp {
-                    replicas_from,
-                    replicas_to,
-                    ..
-                },
-            ) if !d.dry_run && replicas_to > replicas_from => {
-                let verdict = admit(&cp, &op, &d.requester, &self.policy, now_unix);
-                if verdict.allowed && !verdict.reason.is_unconditional() {
-                    reservations.reserve_replicas(key, replicas_to, now);
-                }
-                drop(reservations);
-                verdict
-            }
-            Ask::Update(op) => {
-                drop(reservations);
-                admit(&cp, &op, &d.requester, &self.policy, now_unix)
-            }
+        let mut reservations = reserving.then_some(reservations);
+        let verdict = match &ask {
+            Ask::Delete(m) => admit_deletion(&cp, m, &d.requester, &self.policy, now_unix),
+            Ask::Update(op) => admit(&cp, op, &d.requester, &self.policy, now_unix),
         };
+        if first && verdict.allowed && verdict.reason.allow_rests_on_etcd() {
+            if let Some(target) = self.state.probe_target(&key.0, &key.1) {
+                let record = match cp.etcd {
+                    EtcdState::Observed(s) => s.members,
+                    EtcdState::Unknown { .. } => Vec::new(),
+                };
+                return Step {
+                    outcome: Outcome {
+                        allowed: verdict.allowed,
+                        reason: verdict.reason.as_str(),
+                        verdict: Some(verdict),
+                    },
+                    probe: Some((target, record)),
+                };
+            }
+        }
+        if let Some(reservations) = reservations.as_mut().filter(|_| verdict.allowed) {
+            match &ask {
+                Ask::Delete(m)
+                    if !verdict.reason.is_unconditional()
+                        || verdict.reason == Reason::BreakGlass =>
+                {
+                    reservations.reserve(key.clone(), (*m).clone(), now, &self.state);
+                }
+                // A scale-up is reserved too: deletions judged next must count its new member.
+                Ask::Update(Operation::UpdateKcp { replicas_to, .. })
+                    if !verdict.reason.is_unconditional() =>
+                {
+                    reservations.reserve_replicas(key.clone(), *replicas_to, now);
+                }
+                _ => {}
+            }
+        }
+        drop(reservations);
+        if first && !verdict.allowed && verdict.reason.denial_rests_on_etcd() {
+            if let (Some(fresh), Some(arrived)) = (&self.fresh, arrived) {
+                if let Some(target) = self.state.probe_target(&key.0, &key.1) {
+                    fresh.refresh(target, arrived);
+                }
+            }
+        }
         if !d.dry_run && (!verdict.allowed || verdict.reason == Reason::BreakGlass) {
             self.notify(d, &verdict);
         }
@@ -181,6 +295,7 @@ impl Webhook {
             reason: verdict.reason.as_str(),
             verdict: Some(verdict),
         }
+        .into()
     }
 
     /// The caches are not synced: nothing can be proven. Same policy as unknown health.
@@ -343,7 +458,7 @@ async fn handle(w: Arc<Webhook>, endpoint: Endpoint, req: Request) -> Response {
             return bad_request(StatusCode::BAD_REQUEST, format!("quorumguard: {e}"));
         }
     };
-    let outcome = w.judge(&decoded);
+    let outcome = w.review(&decoded, started).await;
     let body = match &outcome.verdict {
         Some(v) => review::respond(
             &decoded.uid,

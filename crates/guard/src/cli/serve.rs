@@ -130,6 +130,14 @@ pub struct ServeArgs {
     /// Deadline of one cluster's probe (member list, then every member in parallel).
     #[arg(long, env = "QUORUMGUARD_PROBE_TIMEOUT", default_value = "2s", value_parser = super::duration)]
     pub probe_timeout: Duration,
+    /// The longest an admission review waits for a fresh probe of its cluster's etcd before it
+    /// allows an operation whose safety rests on etcd health (a deletion of a Machine with a
+    /// voting member, a replica change). The probe's own deadline is three quarters of it, so
+    /// that a member that does not answer is seen as down in time; a probe that fails or runs out
+    /// of time leaves the decision to the unknown-health policy. Between 100ms and 4s: the
+    /// webhook's timeoutSeconds is 5.
+    #[arg(long, env = "QUORUMGUARD_FRESH_PROBE_TIMEOUT", default_value = "2s", value_parser = super::duration)]
+    pub fresh_probe_timeout: Duration,
     /// Clusters probed at once.
     #[arg(long, env = "QUORUMGUARD_PROBE_CONCURRENCY", default_value_t = 16)]
     pub probe_concurrency: usize,
@@ -222,6 +230,7 @@ impl ServeArgs {
                     election_timeout: self.etcd_election_timeout,
                 },
                 first_sweep_timeout: self.first_sweep_timeout,
+                fresh_timeout: self.fresh_probe_timeout,
             }),
             status: (!self.no_status).then(|| StatusConfig {
                 publish: PublishConfig {
@@ -255,6 +264,13 @@ impl ServeArgs {
     fn check(&self) -> anyhow::Result<()> {
         let ordered = self.lease_retry_period < self.lease_renew_deadline
             && self.lease_renew_deadline < self.lease_duration;
+        let fresh = self.fresh_probe_timeout;
+        if fresh < Duration::from_millis(100) || fresh > Duration::from_secs(4) {
+            anyhow::bail!(
+                "--fresh-probe-timeout {} is out of range: it must be between 100ms (time for a probe of three members) and 4s (the webhook's timeoutSeconds is 5, and kube-apiserver refuses the request when the webhook does not answer in time)",
+                humantime::format_duration(fresh)
+            );
+        }
         if !self.no_leader_election && !ordered {
             anyhow::bail!(
                 "lease timings must satisfy --lease-retry-period ({}) < --lease-renew-deadline ({}) < --lease-duration ({}): otherwise a replica could still write after another took over",

@@ -16,6 +16,7 @@
 pub mod certs;
 pub mod channel;
 pub mod endpoints;
+pub mod fresh;
 pub mod portforward;
 pub mod prober;
 pub mod sweep;

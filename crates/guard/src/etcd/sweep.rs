@@ -53,6 +53,10 @@ pub struct SweepConfig {
     /// the cluster is probed again after etcd's election timeout before anything is believed
     /// (see [`crate::engine::confirm`]).
     pub confirmation: Confirmation,
+    /// The longest an admission review waits for a fresh probe of its cluster before an allow
+    /// that rests on etcd (see [`super::fresh`]); the fresh probe's own deadline is three
+    /// quarters of it.
+    pub fresh_timeout: Duration,
     /// How long readiness waits for the first sweep (every workload cluster known then probed
     /// once) before the replica says ready anyway, logging and exporting the clusters still
     /// unprobed.
@@ -69,6 +73,7 @@ impl Default for SweepConfig {
             secret_refresh: Duration::from_secs(300),
             confirmation: Confirmation::default(),
             first_sweep_timeout: Duration::from_secs(60),
+            fresh_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -296,7 +301,7 @@ async fn probe_with(
 /// the latest probe failed, or the last read is older than [`SweepConfig::secret_refresh`].
 /// When a kept prober exists, the read runs beside the probe, so a slow API server never delays
 /// or fails a probe; a changed Secret is used by the same sweep that reads it.
-async fn probe_cluster(
+pub(crate) async fn probe_cluster(
     client: &Client,
     probers: &Probers,
     t: &ProbeTarget,

@@ -113,48 +113,22 @@ impl ClusterState {
         let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
         let mut out: BTreeMap<Key, ProbeTarget> = BTreeMap::new();
         for (key, k) in &idx.kcps {
-            if k.kcp.etcd != crate::engine::EtcdTopology::Stacked {
-                continue;
+            if let Some(t) = target_of(&idx, key, k) {
+                out.entry((t.namespace.clone(), t.cluster.clone()))
+                    .or_insert(t);
             }
-            let machines: Vec<&CapiMachine> = idx
-                .by_kcp
-                .get(key)
-                .into_iter()
-                .flatten()
-                .filter_map(|m| idx.machines.get(&(key.0.clone(), m.clone())))
-                .collect();
-            let Some(cluster) = idx.cluster_of(key, k) else {
-                continue;
-            };
-            let ckey = (key.0.clone(), cluster.clone());
-            let capi_cluster = idx.clusters.get(&ckey);
-            let annotation = capi_cluster.and_then(|c| c.etcd_endpoints.clone());
-            let transport_annotation = capi_cluster.and_then(|c| c.etcd_transport.clone());
-            let mut ips: Vec<String> = machines
-                .iter()
-                .flat_map(|m| m.internal_ips.iter().cloned())
-                .collect();
-            ips.sort();
-            ips.dedup();
-            let mut nodes: Vec<String> = machines
-                .iter()
-                .filter_map(|m| m.machine.node_name.clone())
-                .collect();
-            nodes.sort();
-            nodes.dedup();
-            out.entry(ckey).or_insert(ProbeTarget {
-                namespace: key.0.clone(),
-                cluster,
-                kcp: key.1.clone(),
-                endpoints_annotation: annotation,
-                transport_annotation,
-                internal_ips: ips,
-                node_names: nodes,
-            });
         }
         out.into_values().collect()
     }
 
+    /// The probe target of the cluster of KCP `namespace/kcp`, when it has stacked etcd in a
+    /// known Cluster: what the webhook probes afresh before an allow that rests on etcd.
+    pub fn probe_target(&self, namespace: &str, kcp: &str) -> Option<ProbeTarget> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_string(), kcp.to_string());
+        let k = idx.kcps.get(&key)?;
+        target_of(&idx, &key, k)
+    }
     /// Every KCP the caches hold, as `(namespace, name)`.
     pub fn kcps(&self) -> Vec<Key> {
         let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
@@ -180,4 +154,43 @@ impl ClusterState {
             (Kind::Machine.as_str(), idx.machines.len()),
         ])
     }
+}
+
+/// The probe target of KCP `key` (`k`): its Cluster, that Cluster's etcd annotations and the
+/// InternalIPs and node names of its control-plane Machines. `None` without stacked etcd or a
+/// Cluster.
+fn target_of(idx: &super::index::Index, key: &Key, k: &crate::capi::CapiKcp) -> Option<ProbeTarget> {
+    if k.kcp.etcd != crate::engine::EtcdTopology::Stacked {
+        return None;
+    }
+    let machines: Vec<&CapiMachine> = idx
+        .by_kcp
+        .get(key)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| idx.machines.get(&(key.0.clone(), m.clone())))
+        .collect();
+    let cluster = idx.cluster_of(key, k)?;
+    let capi_cluster = idx.clusters.get(&(key.0.clone(), cluster.clone()));
+    let mut ips: Vec<String> = machines
+        .iter()
+        .flat_map(|m| m.internal_ips.iter().cloned())
+        .collect();
+    ips.sort();
+    ips.dedup();
+    let mut nodes: Vec<String> = machines
+        .iter()
+        .filter_map(|m| m.machine.node_name.clone())
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    Some(ProbeTarget {
+        namespace: key.0.clone(),
+        cluster,
+        kcp: key.1.clone(),
+        endpoints_annotation: capi_cluster.and_then(|c| c.etcd_endpoints.clone()),
+        transport_annotation: capi_cluster.and_then(|c| c.etcd_transport.clone()),
+        internal_ips: ips,
+        node_names: nodes,
+    })
 }

@@ -63,17 +63,40 @@ impl ClusterState {
     ) -> Option<Duration> {
         let key = (namespace.to_string(), cluster.to_string());
         let at = taken.saturating_duration_since(self.origin.0);
-        let judged = self
-            .beliefs
-            .lock()
+        // The sweep's probes and the webhook's fresh ones (crate::etcd::fresh) both land here,
+        // and either may finish after a later one: a probe older than the record is dropped.
+        let mut beliefs = self.beliefs.lock().unwrap_or_else(|e| e.into_inner());
+        let record = self
+            .health
+            .read()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(key)
-            .or_default()
-            .judge(members, at, confirmation);
+            .get(&key)
+            .map(|h| (h.taken, h.members.clone()));
+        if record.as_ref().is_some_and(|(t, _)| *t > taken) {
+            return None;
+        }
+        let judged = beliefs.entry(key).or_default().judge_against(
+            members,
+            record.as_ref().map(|(_, m)| m.as_slice()),
+            at,
+            confirmation,
+        );
         if let Some(members) = judged.members {
             self.set_health(namespace, cluster, members, taken);
         }
         judged.recheck_in
+    }
+
+    /// The members recorded for Cluster `namespace/name` from its latest successful probe, as
+    /// far as they are believed (empty before the first): what a fresh probe is judged
+    /// against ([`crate::engine::fresh_view`]).
+    pub fn recorded_members(&self, namespace: &str, cluster: &str) -> Vec<Member> {
+        self.health
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(namespace.to_string(), cluster.to_string()))
+            .map(|h| h.members.clone())
+            .unwrap_or_default()
     }
 
     /// Forgets what the probes of clusters not in `keep` established (they are not probed any
@@ -197,17 +220,15 @@ impl ClusterState {
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
         {
-            let mut members = h.members.clone();
-            if failed.is_some() {
-                // The latest probe failed: the members are the last ones seen, but nothing is
-                // known of their health now. Decisions and next actions must not take the last
-                // snapshot's health (or alarms, or leader) as current until a probe succeeds.
-                for m in &mut members {
-                    m.health = crate::engine::Health::Unknown;
-                    m.alarms.clear();
-                    m.is_leader = false;
-                }
-            }
+            // The latest probe failed: the members are the last ones seen, but nothing is known
+            // of their health now. Decisions and next actions must not take the last
+            // snapshot's health (or alarms, or leader) as current until a probe succeeds, except
+            // bad news: a member confirmed unhealthy stays so until a probe sees it healthy.
+            let members = if failed.is_some() {
+                crate::engine::failed_view(&h.members)
+            } else {
+                h.members.clone()
+            };
             return EtcdState::Observed(EtcdSnapshot {
                 members,
                 age: Some(now.saturating_duration_since(h.taken)),

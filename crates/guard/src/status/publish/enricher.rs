@@ -63,16 +63,17 @@ const MIN_GAP: Duration = Duration::from_secs(1);
 
 /// The status enricher: sweep, record metrics, publish (when leading), wait for the interval, a
 /// Machine appearing or going, or a change of leadership; forever. `first_sweep` is told when
-/// the first sweep after the caches synced is done (readiness waits for it).
+/// the first sweep after the caches synced is done (readiness waits for it). `probers` are
+/// shared with the webhook's fresh probes ([`crate::etcd::fresh`]).
 pub async fn enrich(
     client: Client,
     state: Arc<ClusterState>,
     sweep: SweepConfig,
     publisher: Option<Arc<Publisher>>,
     metrics: Arc<EnricherMetrics>,
+    probers: Arc<Probers>,
     mut first_sweep: Option<tokio::sync::oneshot::Sender<()>>,
 ) {
-    let probers = Probers::default();
     let mut leadership = publisher.as_ref().map(|p| p.leadership().subscribe());
     loop {
         let started = Instant::now();
