@@ -15,8 +15,8 @@ use quorumguard::server::{self, Running};
 use serde_json::json;
 use support::apiserver::ApiServer;
 use support::etcd::EtcdCluster;
-use support::https::{TempDir, TestPki};
 use support::guard::{Answer, KCPS, MACHINES};
+use support::https::{TempDir, TestPki};
 use support::reviews::{KCP_CONTROLLER, NS, fixture};
 use support::seed::{self, machine, wait_for};
 
@@ -184,13 +184,16 @@ async fn an_allow_rests_on_answers_etcd_gave_after_the_request_arrived() {
         .expect("another follower");
     let (h, f) = (members[healthy].clone(), members[frozen].clone());
 
-    let delete = |who: &'static str, uid: &'static str| {
-        support::guard::delete_review(&h, who, true, uid)
-    };
+    let delete =
+        |who: &'static str, uid: &'static str| support::guard::delete_review(&h, who, true, uid);
     let person = "jane@example.com";
     // Healthy: the KCP controller may remove a member (dry run: nothing reserved).
     let a = answer(&running, &pki, MACHINES, &delete(KCP_CONTROLLER, "u0")).await;
-    assert_eq!((a.allowed, a.reason.as_str()), (true, "QuorumSafe"), "{a:?}");
+    assert_eq!(
+        (a.allowed, a.reason.as_str()),
+        (true, "QuorumSafe"),
+        "{a:?}"
+    );
 
     etcd.freeze(frozen);
     let frozen_at = Instant::now();
@@ -198,11 +201,7 @@ async fn an_allow_rests_on_answers_etcd_gave_after_the_request_arrived() {
     // Every quorum-losing operation, in turn, until 9 s after the freeze (before the next
     // sweep): each is denied, on the fresh probe, for the reason that fits it.
     let operations: [(&str, serde_json::Value, &str); 4] = [
-        (
-            MACHINES,
-            delete(KCP_CONTROLLER, "u1"),
-            "WouldLoseQuorum",
-        ),
+        (MACHINES, delete(KCP_CONTROLLER, "u1"), "WouldLoseQuorum"),
         (MACHINES, delete(person, "u2"), "WouldLoseQuorum"),
         (
             KCPS,
@@ -316,14 +315,18 @@ async fn concurrent_reviews_share_one_fresh_probe() {
     let before = fresh.probes_made("ok") + fresh.probes_made("failed");
     let tls = pki.client(&[b"h2"]);
     let body = support::guard::delete_review(&members[0], KCP_CONTROLLER, true, "burst");
-    let answers = futures::future::join_all((0..100).map(|_| {
-        support::guard::review(running.addr, tls.clone(), MACHINES, &body)
-    }))
+    let answers = futures::future::join_all(
+        (0..100).map(|_| support::guard::review(running.addr, tls.clone(), MACHINES, &body)),
+    )
     .await;
     let after = fresh.probes_made("ok") + fresh.probes_made("failed");
     for a in &answers {
         let a = a.as_ref().expect("answered");
-        assert_eq!((a.allowed, a.reason.as_str()), (true, "QuorumSafe"), "{a:?}");
+        assert_eq!(
+            (a.allowed, a.reason.as_str()),
+            (true, "QuorumSafe"),
+            "{a:?}"
+        );
     }
     let probes = after - before;
     println!("100 concurrent deletions: {probes} fresh probes");

@@ -231,7 +231,15 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
         )));
         let (c, s) = (client.clone(), state.clone());
         tasks.push(spawn_background("quorumguard-enricher", move || {
-            publish::enrich(c, s, cfg, publisher, enricher_metrics, probers, Some(first_tx))
+            publish::enrich(
+                c,
+                s,
+                cfg,
+                publisher,
+                enricher_metrics,
+                probers,
+                Some(first_tx),
+            )
         }));
     } else {
         // etcd is not probed: there is no sweep to wait for.

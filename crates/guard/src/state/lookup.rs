@@ -159,7 +159,11 @@ impl ClusterState {
 /// The probe target of KCP `key` (`k`): its Cluster, that Cluster's etcd annotations and the
 /// InternalIPs and node names of its control-plane Machines. `None` without stacked etcd or a
 /// Cluster.
-fn target_of(idx: &super::index::Index, key: &Key, k: &crate::capi::CapiKcp) -> Option<ProbeTarget> {
+fn target_of(
+    idx: &super::index::Index,
+    key: &Key,
+    k: &crate::capi::CapiKcp,
+) -> Option<ProbeTarget> {
     if k.kcp.etcd != crate::engine::EtcdTopology::Stacked {
         return None;
     }

@@ -87,7 +87,7 @@ fn control_plane_from_the_index_and_health() {
 }
 
 #[test]
-fn a_failed_probe_makes_the_last_snapshot_health_unknown() {
+fn a_failed_probe_makes_the_last_snapshot_health_unknown_but_keeps_bad_news() {
     use crate::engine::{Alarm, Health};
     let s = synced_state();
     let mut m = Member::new(1, "m1");
@@ -109,10 +109,15 @@ fn a_failed_probe_makes_the_last_snapshot_health_unknown() {
         EtcdState::Observed(snap) => {
             let ids: Vec<u64> = snap.members.iter().map(|m| m.id.0).collect();
             assert_eq!(ids, [1, 2], "the member list stays");
-            for m in &snap.members {
-                assert_eq!(m.health, Health::Unknown, "{m:?}");
-                assert!(m.alarms.is_empty() && !m.is_leader, "{m:?}");
-            }
+            assert!(snap.members.iter().all(|m| !m.is_leader));
+            // Health seen healthy is not known now...
+            assert_eq!(snap.members[0].health, Health::Unknown);
+            // ...but a member seen down (here: a NOSPACE alarm, etcd's replicated state) stays
+            // down until a probe sees it healthy (issue 27: a failed probe does not turn bad
+            // news into unknown).
+            assert_eq!(snap.members[1].alarms, [Alarm::NoSpace]);
+            assert!(!snap.members[1].effective_health().is_healthy());
+            assert_ne!(snap.members[1].effective_health(), Health::Unknown);
         }
         other => panic!("{other:?}"),
     }
@@ -157,4 +162,88 @@ fn probe_targets_one_per_cluster_with_addresses() {
     assert_eq!(t[0].node_names, ["m1", "m2"]);
     assert_eq!(t[0].endpoints_annotation, None);
     assert_eq!(t[0].transport_annotation, None);
+}
+
+#[test]
+fn a_member_confirmed_down_stays_down_through_a_failed_probe() {
+    use crate::engine::{Confirmation, Health};
+    let s = synced_state();
+    let c = Confirmation::default();
+    let t0 = Instant::now();
+    let probe = |second: Health| {
+        let mut a = Member::new(1, "m1");
+        a.health = Health::Healthy;
+        a.is_leader = true;
+        a.raft_term = Some(2);
+        let mut b = Member::new(2, "m2");
+        b.health = second;
+        vec![a, b]
+    };
+    let down = || Health::Unhealthy("no answer within 1s".into());
+    s.observe_probe("ns", "c1", probe(down()), t0, &c);
+    s.observe_probe("ns", "c1", probe(down()), t0 + c.election_timeout, &c);
+    let health = |s: &ClusterState| match s
+        .control_plane("ns", "kcp", Instant::now())
+        .expect("cp")
+        .etcd
+    {
+        EtcdState::Observed(snap) => snap
+            .members
+            .iter()
+            .map(|m| m.health.clone())
+            .collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(health(&s)[1], Health::Unhealthy(_)), "confirmed");
+    s.set_probe_error("ns", "c1", "no endpoint answered".into());
+    let after = health(&s);
+    assert_eq!(after[0], Health::Unknown);
+    match &after[1] {
+        Health::Unhealthy(e) => assert!(e.contains("not seen healthy since"), "{e}"),
+        other => panic!("a failed probe turned a member confirmed down into {other:?}"),
+    }
+}
+
+#[test]
+fn a_removed_member_never_counts_healthy_while_its_removal_awaits_confirmation() {
+    use crate::engine::{Confirmation, Health};
+    let s = synced_state();
+    let c = Confirmation::default();
+    let t0 = Instant::now();
+    let up = |id: u64, leader: bool| {
+        let mut m = Member::new(id, format!("m{id}"));
+        m.health = Health::Healthy;
+        m.is_leader = leader;
+        m.raft_term = Some(2);
+        m
+    };
+    s.observe_probe(
+        "ns",
+        "c1",
+        vec![up(1, true), up(2, false), up(3, false)],
+        t0,
+        &c,
+    );
+    // Member 3 removed, member 4 added (voting, not started): one probe sees it.
+    let added = Member::new(4, "");
+    let recheck = s.observe_probe(
+        "ns",
+        "c1",
+        vec![up(1, true), up(2, false), added],
+        t0 + std::time::Duration::from_millis(100),
+        &c,
+    );
+    assert_eq!(
+        recheck,
+        Some(c.election_timeout),
+        "the change is confirmed later"
+    );
+    let members = s.recorded_members("ns", "c1");
+    let by_id = |id: u64| members.iter().find(|m| m.id.0 == id).expect("listed");
+    assert!(!by_id(3).effective_health().is_healthy(), "{:?}", by_id(3));
+    assert!(!by_id(4).effective_health().is_healthy() && !by_id(4).is_learner);
+    assert!(by_id(1).effective_health().is_healthy());
+    // A probe older than the record is not recorded over it.
+    assert_eq!(s.observe_probe("ns", "c1", vec![up(1, true)], t0, &c), None);
+    assert_eq!(s.recorded_members("ns", "c1").len(), 4);
 }
