@@ -337,3 +337,43 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn args(extra: &[&str]) -> ServeArgs {
+        let mut argv = vec!["serve", "--tls-cert-file", "c", "--tls-key-file", "k"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).expect("parses").serve
+    }
+
+    #[test]
+    fn the_fresh_probe_wait_stays_inside_the_webhook_timeout() {
+        let a = args(&[]);
+        assert_eq!(a.fresh_probe_timeout, Duration::from_secs(2));
+        assert!(a.check().is_ok());
+        assert_eq!(
+            a.config().sweep.expect("sweep").fresh_timeout,
+            Duration::from_secs(2)
+        );
+        for bad in ["5s", "50ms"] {
+            let e = args(&["--fresh-probe-timeout", bad])
+                .check()
+                .expect_err(bad)
+                .to_string();
+            assert!(
+                e.contains("--fresh-probe-timeout") && e.contains("timeoutSeconds is 5"),
+                "{e}"
+            );
+        }
+        assert!(args(&["--fresh-probe-timeout", "4s"]).check().is_ok());
+    }
+}

@@ -12,9 +12,10 @@
 //! - **Single-flight**: reviews of the same cluster share probes. A review joins the newest
 //!   probe that has not started yet or started after it arrived; otherwise it starts one. A new
 //!   probe starts after the reviews already queued on the runtime have had their turn to join
-//!   it (one yield), and no sooner than [`MIN_GAP`] after the previous probe of the cluster
-//!   started: a burst of reviews costs one probe, and a storm of reviews costs etcd at most one
-//!   probe per [`MIN_GAP`] per cluster.
+//!   it (one yield), and, while another probe of the cluster is under way, no sooner than
+//!   [`MIN_GAP`] after that one started: the reviews that arrive meanwhile share it, so a storm
+//!   of reviews costs etcd at most one probe per [`MIN_GAP`] per cluster, and a review that
+//!   comes alone does not wait.
 //! - **Bounded**: a review waits at most [`SweepConfig::fresh_timeout`] from its arrival; the probe's
 //!   own deadline is three quarters of that, so a member that does not answer is reported as
 //!   such ("no answer within ...") before the review stops waiting. A review that stops waiting
@@ -45,7 +46,7 @@ use crate::engine::Member;
 use crate::state::{ClusterState, Key, ProbeTarget};
 use crate::telemetry::Metrics;
 
-/// The least time between the starts of two fresh probes of one cluster.
+/// The least time between the starts of two fresh probes of one cluster that overlap.
 pub const MIN_GAP: Duration = Duration::from_millis(50);
 
 /// The deadline of one fresh probe for a review that waits `timeout`: three quarters of it,
@@ -235,10 +236,20 @@ impl FreshProbes {
         // Reviews that arrived with the one that started this flight are queued on the runtime
         // behind it: let them join before it starts.
         tokio::task::yield_now().await;
+        // While another probe of this cluster is under way, this one starts no sooner than
+        // MIN_GAP after that one started (a storm of reviews is paced); otherwise at once (a
+        // review that comes alone does not wait).
         let start_at = {
+            let flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
             let mut last = self.last_start.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
-            let at = last.get(&key).map_or(now, |l| (*l + MIN_GAP).max(now));
+            let overlapping = flights
+                .get(&key)
+                .is_some_and(|v| v.iter().any(|f| f.id != id && f.started.is_some()));
+            let at = match last.get(&key) {
+                Some(l) if overlapping => (*l + MIN_GAP).max(now),
+                _ => now,
+            };
             last.insert(key.clone(), at);
             at
         };
