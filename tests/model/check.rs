@@ -9,7 +9,7 @@ use quorumguard::engine::{ActionCode, Policy, next_action};
 use quorumguard::status::conditions;
 use stateright::{Model, Path, Property};
 
-use crate::guard::Who;
+use crate::guard::{Fresh, Who};
 use crate::steps::{Action, Config, Say};
 use crate::world::*;
 
@@ -71,9 +71,16 @@ impl Checked {
         }
         let (_, replicas, kept) = s.webhook_view(true);
         let outstanding = replicas.is_some() || !kept.is_empty();
+        // The webhook probes afresh; when etcd changed since the record the advice was
+        // published from (or the latest probe failed), the advice is held to that record.
+        let fresh = if s.unprobed == 0 && !s.probe_failed && !s.unconfirmed_membership() {
+            Fresh::Probe { explore: false }
+        } else {
+            Fresh::RecordOnly
+        };
         let allowed = self
             .cfg
-            .review_deletion(&mut n, slot, who, !outstanding, &mut Say(None))
+            .review_deletion(&mut n, slot, who, !outstanding, fresh, &mut Say(None))
             .unwrap_or(false);
         Some((code, target, allowed))
     }

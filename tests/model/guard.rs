@@ -1,13 +1,16 @@
-//! The guard's steps: the probe judged by the real `Belief::judge`, and every review decided
-//! by the real engine (`admit_deletion`, `admit`) on the view the webhook would have, exactly as
-//! `crates/guard/src/admission/mod.rs` calls them; and a person following the real
-//! `next_action` of the enricher's view.
+//! The guard's steps: the probe judged by the real `Belief::judge_against`, and every review
+//! decided by the real engine (`admit_deletion`, `admit`) on the view the webhook would have,
+//! exactly as `crates/guard/src/admission/mod.rs` calls them: first on the cached record, then,
+//! when that allows and the allow rests on etcd, again on a fresh probe of etcd read by the real
+//! `fresh_view` (or `failed_view`); and a person following the real `next_action` of the
+//! enricher's view.
 
 use std::time::Duration;
 
 use quorumguard::engine::{
-    ActionCode, DEFAULT_KCP_CONTROLLER, Health, Judgement, Member, Operation, Policy, Reason,
-    Requester, admit, admit_deletion, next_action,
+    ActionCode, ControlPlane, DEFAULT_KCP_CONTROLLER, EtcdState, Health, Judgement, Member,
+    Operation, Policy, Reason, Requester, admit, admit_deletion, failed_view, fresh_view,
+    next_action,
 };
 
 use crate::steps::{Config, Say};
@@ -17,6 +20,15 @@ use crate::world::*;
 /// awaits confirmation), and the fixed instant every probe is judged at after rebasing.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
 const JUDGED_AT: Duration = Duration::from_secs(6);
+
+/// Whether a review may take the webhook's fresh probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fresh {
+    /// As `serve` does (`explore`: the exploration's bounds apply to the probe's clock).
+    Probe { explore: bool },
+    /// Judged on the record alone, as the enricher's view is.
+    RecordOnly,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Who {
@@ -34,10 +46,26 @@ impl Who {
 }
 
 impl Config {
-    /// The guard takes the probe it would record now: the real `Belief::judge`, one probe
-    /// interval after the last.
+    /// The guard takes the probe it would record now, one probe interval after the last, and
+    /// records it (the real `Belief::judge_against`, given the record).
     pub(crate) fn probe(&self, n: &mut State, explore: bool, say: &mut Say) -> Option<()> {
         self.clock(n, explore)?;
+        let probe = take_probe(n);
+        say.line(|| {
+            if probe.is_some() {
+                "the guard probes etcd".into()
+            } else {
+                "the guard's probe fails: no member answers".into()
+            }
+        });
+        self.record(n, probe, say);
+        Some(())
+    }
+
+    /// Records a probe taken now (`None`: it failed) into the guard's record, as the sweep
+    /// does: judged by the real `Belief::judge_against` against the record, so that while a
+    /// changed member list awaits confirmation the record holds both lists.
+    fn record(&self, n: &mut State, probe: Option<Vec<Member>>, say: &mut Say) {
         n.unprobed = 0;
         n.probes_since_lost = if n.has_quorum() {
             // Past the longest election, the count no longer matters.
@@ -47,56 +75,63 @@ impl Config {
         } else {
             0
         };
-        if !n.members.iter().any(|m| m.started && m.up && !m.learner) {
+        let Some(probe) = probe else {
             n.probe_failed = true;
-            say.line(|| "the guard's probe fails: no member answers".into());
-            return Some(());
-        }
-        let probe: Vec<Member> = n
-            .members
-            .iter()
-            .map(|m| {
-                let mut x = Member::new(
-                    u64::from(m.slot) + 1,
-                    if m.started {
-                        name(m.slot)
-                    } else {
-                        String::new()
-                    },
-                );
-                x.is_learner = m.learner;
-                x.health = if !m.started {
-                    Health::Unhealthy("not started".into())
-                } else if !m.up {
-                    Health::Unhealthy("no answer within 2s".into())
-                } else if n.leader.is_some() {
-                    x.raft_term = Some(2);
-                    x.is_leader = n.leader == Some(m.slot);
-                    Health::Healthy
-                } else {
-                    x.raft_term = Some(2);
-                    Health::Unhealthy("etcdserver: no leader".into())
-                };
-                x
-            })
-            .collect();
-        let judged = n.belief.judge(probe, JUDGED_AT, &self.confirmation);
-        let recorded = judged.members.is_some();
+            return;
+        };
+        let record = n.view.is_some().then(|| n.record_members());
+        let listed = probe.len();
+        let judged =
+            n.belief
+                .judge_against(probe, record.as_deref(), JUDGED_AT, &self.confirmation);
         if let Some(members) = judged.members {
+            if members.len() != listed {
+                say.line(|| {
+                    "  (a changed member list: the record holds both lists until a second probe)"
+                        .into()
+                });
+            }
             n.view = Some(State::record(&members));
             n.probe_failed = false;
         }
+    }
+
+    /// The webhook's fresh probe, taken when the first decision (on the cached record) allows
+    /// and the allow rests on etcd (`Reason::allow_rests_on_etcd`), as `serve` does: a probe of
+    /// etcd as it is in this step, read by the real `fresh_view` against the record (by
+    /// `failed_view` when no member answers), and recorded like any probe. Returns etcd as the
+    /// second decision sees it.
+    ///
+    /// The step is atomic: probe, second decision, answer. That covers a member failing
+    /// between the fresh probe and the answer: the answer changes nothing in etcd, and the
+    /// decision is already fixed by the probe, so "probe, failure, answer" reaches the same
+    /// state as "probe and answer, then failure", and the failure steps may come at any later
+    /// step. What remains is an operation allowed on the fresh probe and a member failing
+    /// before it is carried out; `Action::Fail` marks the deletions under way then as
+    /// unproven (docs/rules.md, "Model-checked").
+    fn fresh_probe(&self, n: &mut State, explore: bool, say: &mut Say) -> EtcdState {
+        let probe = take_probe(n);
+        let record = n.record_members();
+        let members = match &probe {
+            Some(p) => fresh_view(p.clone(), &record),
+            None => failed_view(&record),
+        };
+        let failed = probe.is_none();
+        // Recorded one probe interval after the last, like any probe; not recorded while an
+        // election has used up its bound of probes (that would be a probe the bound leaves
+        // out; the decision still uses it).
+        let recorded = self.clock(n, explore).is_some();
         say.line(|| {
             format!(
-                "the guard probes etcd{}",
-                if recorded {
-                    ""
-                } else {
-                    " (a changed member list: the record stands until a second probe)"
-                }
+                "  the guard probes etcd afresh{}{}",
+                if failed { ": no member answers" } else { "" },
+                if recorded { "" } else { " (not recorded)" }
             )
         });
-        Some(())
+        if recorded {
+            self.record(n, probe, say);
+        }
+        observed(members)
     }
 
     /// Time passes by one probe interval: an election under way takes at most
@@ -113,19 +148,29 @@ impl Config {
     }
 
     /// A Machine deletion through the webhook. `None` when refused and nothing changed.
-    pub(crate) fn delete(&self, n: &mut State, slot: u8, who: Who, say: &mut Say) -> Option<()> {
-        self.review_deletion(n, slot, who, true, say).map(|_| ())
+    pub(crate) fn delete(
+        &self,
+        n: &mut State,
+        slot: u8,
+        who: Who,
+        explore: bool,
+        say: &mut Say,
+    ) -> Option<()> {
+        self.review_deletion(n, slot, who, true, Fresh::Probe { explore }, say)
+            .map(|_| ())
     }
 
     /// Whether the webhook allows deleting Machine `m{slot}`: `Some(true)` allowed (and
-    /// done), `Some(false)` refused but the review dropped reservations, `None` refused.
-    /// `reservations` false judges on the enricher's view, as if the webhook held none.
+    /// done), `Some(false)` refused but the review changed the guard's state (dropped
+    /// reservations, recorded its fresh probe), `None` refused. `reservations` false judges
+    /// on the enricher's view, as if the webhook held none.
     pub fn review_deletion(
         &self,
         n: &mut State,
         slot: u8,
         who: Who,
         reservations: bool,
+        fresh: Fresh,
         say: &mut Say,
     ) -> Option<bool> {
         let machine = *n.machine(slot)?;
@@ -140,17 +185,26 @@ impl Config {
                 .for_each(|m| m.deleting = false);
         }
         let policy = Policy::default();
-        let mut j = admit_deletion(
-            &cp,
-            &engine_machine(&machine),
-            &who.requester(),
-            &policy,
-            NOW,
-        );
+        let decide = |cp: &ControlPlane| {
+            admit_deletion(
+                cp,
+                &engine_machine(&machine),
+                &who.requester(),
+                &policy,
+                NOW,
+            )
+        };
+        let mut j = decide(&cp);
+        let mut changed = (n.reserved_replicas, &n.reserved) != (replicas, &kept);
+        if let Some(explore) = self.probes_afresh(&j, fresh) {
+            say.line(|| verdict(&j) + " on its record");
+            cp.etcd = self.fresh_probe(n, explore, say);
+            j = decide(&cp);
+            changed = true;
+        }
         if self.bugs.deny_memberless && j.reason == Reason::MemberAbsent {
             j.allowed = false;
         }
-        let changed = (n.reserved_replicas, &n.reserved) != (replicas, &kept);
         (n.reserved_replicas, n.reserved) = (replicas, kept);
         say.line(|| verdict(&j));
         if !j.allowed {
@@ -164,21 +218,39 @@ impl Config {
                 seen_in_cache,
             });
         }
-        let unconfirmed = self.excuse_unconfirmed_membership && n.unconfirmed_membership();
-        if j.reason == Reason::HealthUnknown
-            || n.unseen_failure()
-            || n.unseen_recovery(slot)
-            || unconfirmed
-        {
+        // Allowed without proof: by the unknown-health policy, when not even the fresh probe
+        // could tell. Nothing else is excused: an allow that rests on etcd rests on etcd as
+        // it is in this step.
+        if j.reason == Reason::HealthUnknown {
             n.unproven.push(slot);
         }
         n.machine_mut(slot)?.deleting = true;
         Some(true)
     }
 
+    /// Whether the webhook probes afresh before answering `j` (`Some(explore)`): an allow
+    /// that rests on etcd, unless the planted bug skips the fresh probe.
+    fn probes_afresh(&self, j: &Judgement, fresh: Fresh) -> Option<bool> {
+        match fresh {
+            Fresh::Probe { explore }
+                if j.allowed && j.reason.allow_rests_on_etcd() && !self.bugs.no_fresh_probe =>
+            {
+                Some(explore)
+            }
+            _ => None,
+        }
+    }
+
     /// A KCP update through the webhook: spec.replicas to `to` (the scale subresource), or a
     /// version change (the KCP itself).
-    pub(crate) fn update(&self, n: &mut State, to: u8, rollout: bool, say: &mut Say) -> Option<()> {
+    pub(crate) fn update(
+        &self,
+        n: &mut State,
+        to: u8,
+        rollout: bool,
+        explore: bool,
+        say: &mut Say,
+    ) -> Option<()> {
         let reservations = !self.bugs.no_reservations;
         let (mut cp, replicas, kept) = n.webhook_view(reservations);
         if rollout {
@@ -190,8 +262,16 @@ impl Config {
             replicas_to: u32::from(to),
             starts_rollout: rollout,
         };
-        let j = admit(&cp, &op, &Who::Person.requester(), &Policy::default(), NOW);
-        let changed = (n.reserved_replicas, &n.reserved) != (replicas, &kept);
+        let decide =
+            |cp: &ControlPlane| admit(cp, &op, &Who::Person.requester(), &Policy::default(), NOW);
+        let mut j = decide(&cp);
+        let mut changed = (n.reserved_replicas, &n.reserved) != (replicas, &kept);
+        if let Some(explore) = self.probes_afresh(&j, Fresh::Probe { explore }) {
+            say.line(|| verdict(&j) + " on its record");
+            cp.etcd = self.fresh_probe(n, explore, say);
+            j = decide(&cp);
+            changed = true;
+        }
         (n.reserved_replicas, n.reserved) = (replicas, kept);
         say.line(|| verdict(&j));
         if !j.allowed {
@@ -209,7 +289,7 @@ impl Config {
 
     /// A person does what the published next action says: delete the Machine it names,
     /// annotate one for remediation, or remove an orphan member with etcdctl.
-    pub(crate) fn follow(&self, n: &mut State, say: &mut Say) -> Option<()> {
+    pub(crate) fn follow(&self, n: &mut State, explore: bool, say: &mut Say) -> Option<()> {
         let action = next_action(&n.enricher_view(), &Policy::default(), NOW);
         let target = action.target.clone().unwrap_or_default();
         let slot_of_machine = || target.strip_prefix('m')?.parse::<u8>().ok();
@@ -218,7 +298,7 @@ impl Config {
                 let slot = slot_of_machine()?;
                 n.machine(slot).filter(|m| !m.deleting)?;
                 say.line(|| format!("a person follows the next action: deletes Machine {target}"));
-                self.delete(n, slot, Who::Person, say)
+                self.delete(n, slot, Who::Person, explore, say)
             }
             ActionCode::RemediateMachine => {
                 let slot = slot_of_machine()?;
@@ -247,6 +327,43 @@ impl Config {
             _ => None,
         }
     }
+}
+
+/// etcd as a probe taken now sees it (each member's status and health, as the prober reports
+/// them), or `None` when no started voting member answers the member list.
+fn take_probe(n: &State) -> Option<Vec<Member>> {
+    if !n.members.iter().any(|m| m.started && m.up && !m.learner) {
+        return None;
+    }
+    let probe = n
+        .members
+        .iter()
+        .map(|m| {
+            let mut x = Member::new(
+                u64::from(m.slot) + 1,
+                if m.started {
+                    name(m.slot)
+                } else {
+                    String::new()
+                },
+            );
+            x.is_learner = m.learner;
+            x.health = if !m.started {
+                Health::Unhealthy("not started".into())
+            } else if !m.up {
+                Health::Unhealthy("no answer within 2s".into())
+            } else if n.leader.is_some() {
+                x.raft_term = Some(2);
+                x.is_leader = n.leader == Some(m.slot);
+                Health::Healthy
+            } else {
+                x.raft_term = Some(2);
+                Health::Unhealthy("etcdserver: no leader".into())
+            };
+            x
+        })
+        .collect();
+    Some(probe)
 }
 
 pub(crate) fn verdict(j: &Judgement) -> String {

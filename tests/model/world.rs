@@ -129,7 +129,7 @@ pub struct State {
     pub next_slot: u8,
     // Ghosts, read by the properties only.
     /// Deleting Machines whose deletion was allowed without proof: by the unknown-health
-    /// policy, or on a record that showed a failed member healthy, or a member failed since.
+    /// policy (the fresh probe could not tell), or a member failed since the answer.
     pub unproven: Vec<u8>,
     /// Healthy voting members removed (by proven deletions) since the latest failure.
     pub removed_since_failure: u8,
@@ -279,29 +279,13 @@ impl State {
                 .any(|v| v.seen == Seen::Healthy && self.member(v.slot).is_some_and(|m| !m.up))
     }
 
-    /// The guard's record lists other members than etcd has: a member removed or added since,
-    /// the changed member list not confirmed yet (the previous record stands until a second
-    /// probe).
+    /// The guard's record lists other members than etcd has: a member removed or added since
+    /// the latest probe, or a changed member list not confirmed yet (the record holds both
+    /// lists until a second probe).
     pub fn unconfirmed_membership(&self) -> bool {
         let recorded: Vec<u8> = self.view.iter().flatten().map(|v| v.slot).collect();
         let truth: Vec<u8> = self.members.iter().map(|m| m.slot).collect();
         self.view.is_some() && recorded != truth
-    }
-
-    /// Member `m{slot}` is a healthy voter, but the guard's record does not show it so (it
-    /// started, was promoted or came back since the latest probe): a deletion of its Machine
-    /// is judged on a member that no longer is.
-    pub fn unseen_recovery(&self, slot: u8) -> bool {
-        let voter = self
-            .member(slot)
-            .is_some_and(|m| m.started && m.up && !m.learner);
-        let recorded = !self.probe_failed
-            && self
-                .view
-                .iter()
-                .flatten()
-                .any(|v| v.slot == slot && v.named && !v.learner && v.seen == Seen::Healthy);
-        voter && !recorded
     }
 
     /// The control plane as the status enricher sees it: the cache and the latest probe.
@@ -352,32 +336,40 @@ impl State {
     }
 
     fn etcd_view(&self) -> EtcdState {
-        let Some(view) = &self.view else {
+        if self.view.is_none() {
             return EtcdState::Unknown {
                 reason: "no etcd probe of this cluster yet".into(),
             };
-        };
-        let members = view
+        }
+        let mut members = self.record_members();
+        if self.probe_failed {
+            members.iter_mut().for_each(|m| m.health = Health::Unknown);
+        }
+        observed(members)
+    }
+
+    /// The members of the guard's record as the engine holds them, each with the health the
+    /// record gives it (the latest probe's failure aside): what the guard passes to
+    /// `Belief::judge_against`, `fresh_view` and `failed_view`. Empty before the first probe.
+    pub fn record_members(&self) -> Vec<Member> {
+        self.view
             .iter()
+            .flatten()
             .map(|v| {
                 let mut m = Member::new(
                     u64::from(v.slot) + 1,
                     if v.named { name(v.slot) } else { String::new() },
                 );
                 m.is_learner = v.learner;
-                m.health = match (self.probe_failed, v.seen) {
-                    (true, _) | (false, Seen::Unknown) => Health::Unknown,
-                    (false, Seen::Healthy) => Health::Healthy,
-                    (false, Seen::Unhealthy) => Health::Unhealthy("seen unhealthy".into()),
-                    (false, Seen::Unconfirmed) => Health::Unconfirmed("seen once".into()),
+                m.health = match v.seen {
+                    Seen::Unknown => Health::Unknown,
+                    Seen::Healthy => Health::Healthy,
+                    Seen::Unhealthy => Health::Unhealthy("seen unhealthy".into()),
+                    Seen::Unconfirmed => Health::Unconfirmed("seen once".into()),
                 };
                 m
             })
-            .collect();
-        EtcdState::Observed(EtcdSnapshot {
-            members,
-            age: Some(Duration::ZERO),
-        })
+            .collect()
     }
 
     /// A member of the record, back from the engine's words.
@@ -399,6 +391,14 @@ impl State {
         v.sort_by_key(|m| m.slot);
         v
     }
+}
+
+/// etcd as a probe just taken shows it.
+pub fn observed(members: Vec<Member>) -> EtcdState {
+    EtcdState::Observed(EtcdSnapshot {
+        members,
+        age: Some(Duration::ZERO),
+    })
 }
 
 /// The engine's Machine for a model Machine.

@@ -296,14 +296,19 @@ impl Belief {
                 m
             })
             .collect();
-        out.extend(record.iter().filter(|r| !listed.contains(&r.id)).map(|r| {
+        // A missing member is unknown, never unhealthy, whatever the record held: counted
+        // unhealthy it would raise the quorum of both lists together past what either list
+        // has, and the record would claim a quorum loss that neither list shows (a removed
+        // member known down, and a new member not started yet). A missing member that never
+        // started counts unhealthy by its empty name alone, so it is left out: it held no
+        // data and matches no Machine.
+        let missing = |r: &&Member| !listed.contains(&r.id) && !r.is_unstarted();
+        out.extend(record.iter().filter(missing).map(|r| {
             let mut m = r.clone();
             m.is_leader = false;
-            if !matches!(m.health, Health::Unhealthy(_)) {
-                m.health = Health::Unconfirmed(format!(
-                    "missing from etcd's latest member list: its removal is believed when a probe at least {et} later lists the same members"
-                ));
-            }
+            m.health = Health::Unconfirmed(format!(
+                "missing from etcd's latest member list: its removal is believed when a probe at least {et} later lists the same members"
+            ));
             m
         }));
         out
@@ -602,6 +607,56 @@ mod tests {
             &c(),
         );
         assert_eq!(j.members.expect("a record").len(), 3);
+    }
+
+    #[test]
+    fn a_removed_member_known_down_does_not_make_both_lists_claim_a_quorum_loss() {
+        let mut b = Belief::default();
+        b.judge(vec![up(1, true), up(2, false), silent(3)], s(0.0), &c());
+        let j = b.judge(vec![up(1, true), up(2, false), silent(3)], s(1.0), &c());
+        assert_eq!(healths(&j), ["up", "up", "down"]);
+        let record = j.members.expect("a record");
+        // Member 3 is removed and member 4 added, not started: etcd has 2 healthy of 3
+        // voting, quorum holds. Counted down, member 3 would make it 2 healthy of 4.
+        let mut added = Member::new(4, "");
+        added.health = Health::Unhealthy("not started".into());
+        let j = b.judge_against(
+            vec![up(1, true), up(2, false), added],
+            Some(&record),
+            s(2.0),
+            &c(),
+        );
+        let members = j.members.expect("both lists");
+        let ids: Vec<u64> = members.iter().map(|m| m.id.0).collect();
+        assert_eq!(ids, [1, 2, 4, 3]);
+        assert_eq!(
+            healths_of(&members),
+            ["up", "up", "unconfirmed", "unconfirmed"]
+        );
+        // Confirmed; then member 4 (never started) is removed and member 5 added, not
+        // started: 2 healthy of 3 voting again. Member 4 is left out of both lists.
+        let j = b.judge_against(
+            members.iter().filter(|m| m.id.0 != 3).cloned().collect(),
+            Some(&members),
+            s(3.0),
+            &c(),
+        );
+        let record = j.members.expect("a record");
+        let mut added = Member::new(5, "");
+        added.health = Health::Unhealthy("not started".into());
+        let j = b.judge_against(
+            vec![up(1, true), up(2, false), added],
+            Some(&record),
+            s(4.0),
+            &c(),
+        );
+        let ids: Vec<u64> = j
+            .members
+            .expect("both lists")
+            .iter()
+            .map(|m| m.id.0)
+            .collect();
+        assert_eq!(ids, [1, 2, 5]);
     }
 
     #[test]

@@ -99,17 +99,19 @@ impl Reason {
         }
     }
 
-    /// Reasons that allow without looking at quorum at all (teardown, moves, break-glass...).
     /// Whether an *allow* for this reason rests on etcd's health or member list, so that the
     /// webhook must take it from a fresh probe, not from the record of the last sweep: the
     /// quorum rule's allows (a deletion of a Machine that holds a voting member, a replica
-    /// change) and the unknown-health policy's. Unconditional allows, `MemberAbsent` (the
-    /// Machine has no member to remove), `NoReplicaChange` and `RolloutAllowed` (allowed
-    /// whatever etcd says) do not.
+    /// change), the unknown-health policy's, and `MemberAbsent`: that the Machine has no
+    /// member is the record's member list too, and a member that joined or started since the
+    /// last probe is there now (the record shows it unnamed, not started, or not at all).
+    /// Unconditional allows, `NoReplicaChange` and `RolloutAllowed` (allowed whatever etcd
+    /// says) do not.
     pub fn allow_rests_on_etcd(self) -> bool {
         matches!(
             self,
-            Reason::LearnerMember
+            Reason::MemberAbsent
+                | Reason::LearnerMember
                 | Reason::QuorumSafe
                 | Reason::ScaleDownSafe
                 | Reason::ScaleUpSafe
@@ -134,6 +136,7 @@ impl Reason {
         )
     }
 
+    /// Reasons that allow without looking at quorum at all (teardown, moves, break-glass...).
     pub fn is_unconditional(self) -> bool {
         matches!(
             self,
