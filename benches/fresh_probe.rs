@@ -163,8 +163,7 @@ async fn measure(etcd: &EtcdCluster, transport: TransportKind, reviews: usize) -
         bail!("{reviews} probed reviews one after another made {sequential} probes");
     }
     let before = made();
-    let burst =
-        futures::future::join_all((0..100).map(|_| send(&probed, "QuorumSafe"))).await;
+    let burst = futures::future::join_all((0..100).map(|_| send(&probed, "QuorumSafe"))).await;
     for r in burst {
         r?;
     }

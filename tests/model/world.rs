@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use quorumguard::engine::{
     ANNOTATION_REMEDIATE, Belief, Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology,
-    Health, Kcp, Machine, Member,
+    Health, Kcp, Machine, Member, failed_view,
 };
 
 /// The present, as Unix seconds, for every engine call. The model has no clock: a Machine is
@@ -341,11 +341,14 @@ impl State {
                 reason: "no etcd probe of this cluster yet".into(),
             };
         }
-        let mut members = self.record_members();
-        if self.probe_failed {
-            members.iter_mut().for_each(|m| m.health = Health::Unknown);
-        }
-        observed(members)
+        let members = self.record_members();
+        // As serve's record does after a failed probe (crates/guard/src/state/probes.rs): the
+        // member list stays, health seen healthy is unknown, bad news stays.
+        observed(if self.probe_failed {
+            failed_view(&members)
+        } else {
+            members
+        })
     }
 
     /// The members of the guard's record as the engine holds them, each with the health the

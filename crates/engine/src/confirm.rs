@@ -220,7 +220,9 @@ impl Belief {
                 // election makes of the others.
                 continue;
             }
-            if electing_unconfirmed && !m.is_learner && answered(m) {
+            // A learner that answers is in the same election as the voters: it has no leader
+            // to follow either.
+            if electing_unconfirmed && answered(m) {
                 // Alive, without a leader to serve its read: the election decides.
                 m.health = Health::Unconfirmed(format!(
                     "leader election in progress: no member reports a healthy leader (quorum loss is concluded only after {} without one); the probe saw: {error}",
@@ -679,5 +681,35 @@ mod tests {
             members: Some(v.to_vec()),
             recheck_in: None,
         })
+    }
+
+    #[test]
+    fn a_learner_that_answers_during_an_election_waits_for_it_too() {
+        let mut b = Belief::default();
+        let mut learner = up(4, false);
+        learner.is_learner = true;
+        b.judge(
+            vec![up(1, true), up(2, false), up(3, false), learner.clone()],
+            s(0.0),
+            &c(),
+        );
+        learner.health = Health::Unhealthy("etcdserver: no leader".into());
+        // The leader is frozen: the others, the learner included, answer without a leader, for
+        // longer than one election timeout but less than the window.
+        for t in [1.0, 2.0, 3.0] {
+            let j = b.judge(
+                vec![silent(1), leaderless(2), leaderless(3), learner.clone()],
+                s(t),
+                &c(),
+            );
+            assert_eq!(healths(&j)[3], "unconfirmed", "at {t}");
+        }
+        learner.health = Health::Healthy;
+        let j = b.judge(
+            vec![silent(1), up(2, true), up(3, false), learner],
+            s(4.0),
+            &c(),
+        );
+        assert_eq!(healths(&j), ["down", "up", "up", "up"]);
     }
 }

@@ -59,8 +59,8 @@ enum Pass {
     Only,
     /// On the caches and the record; an allow that rests on etcd asks for a fresh probe.
     First,
-    /// On a fresh probe: the members as the decision counts them.
-    Fresh(Vec<Member>),
+    /// On a fresh probe: etcd as the decision counts it.
+    Fresh(EtcdState),
 }
 
 /// What [`Webhook::decide`] concluded.
@@ -154,18 +154,27 @@ impl Webhook {
         let Some((target, record)) = first.probe else {
             return first.outcome;
         };
-        let members = match fresh.probe(target, arrived).await {
-            Fresh::Members(probe) => fresh_view(probe, &record),
+        let etcd = match fresh.probe(target, arrived).await {
+            Fresh::Members(probe) => EtcdState::Observed(EtcdSnapshot {
+                members: fresh_view(probe, &record),
+                age: Some(Duration::ZERO),
+            }),
             Fresh::Failed(e) => {
                 tracing::info!(uid = %d.uid, error = %e, "fresh etcd probe failed: deciding as for unknown health");
-                failed_view(&record)
+                unknown_now(&record, format!("the fresh etcd probe failed: {e}"))
             }
             Fresh::TimedOut(t) => {
                 tracing::info!(uid = %d.uid, timeout_ms = t.as_millis() as u64, "no fresh etcd probe in time: deciding as for unknown health");
-                failed_view(&record)
+                unknown_now(
+                    &record,
+                    format!(
+                        "no fresh etcd probe answered within --fresh-probe-timeout {}",
+                        humantime::format_duration(t)
+                    ),
+                )
             }
         };
-        self.decide(d, Pass::Fresh(members), None).outcome
+        self.decide(d, Pass::Fresh(etcd), None).outcome
     }
 
     /// One decision of review `d`. Under [`Pass::First`] an allow that rests on etcd is not
@@ -234,11 +243,8 @@ impl Webhook {
             cp.kcp = k.kcp.clone();
         }
         let first = matches!(pass, Pass::First);
-        if let Pass::Fresh(members) = pass {
-            cp.etcd = EtcdState::Observed(EtcdSnapshot {
-                members,
-                age: Some(Duration::ZERO),
-            });
+        if let Pass::Fresh(etcd) = pass {
+            cp.etcd = etcd;
         }
         reservations.apply(&key, &mut cp, now, &self.state);
         let mut reservations = reserving.then_some(reservations);
@@ -357,6 +363,29 @@ impl Webhook {
 enum Ask<'a> {
     Delete(&'a Machine),
     Update(Operation),
+}
+
+/// etcd as a decision must count it when no fresh probe could be had (`why`): the record's
+/// member list with only its bad news ([`failed_view`]), every other member's health unknown
+/// for that reason; without a record, no member list at all. Never the record's health as it
+/// was: that would be an allow on an old record.
+fn unknown_now(record: &[Member], why: String) -> EtcdState {
+    if record.is_empty() {
+        return EtcdState::Unknown { reason: why };
+    }
+    let members = failed_view(record)
+        .into_iter()
+        .map(|mut m| {
+            if m.health == crate::engine::Health::Unknown {
+                m.health = crate::engine::Health::Unconfirmed(why.clone());
+            }
+            m
+        })
+        .collect();
+    EtcdState::Observed(EtcdSnapshot {
+        members,
+        age: Some(Duration::ZERO),
+    })
 }
 
 /// No KCP guards this object: allowed, said in a warning.
@@ -511,4 +540,36 @@ async fn handle(w: Arc<Webhook>, endpoint: Endpoint, req: Request) -> Response {
         Body::from(body),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_record_a_failed_fresh_probe_leaves_no_member_list() {
+        // Not an empty member list: the engine would read it as "the Machine has no member"
+        // (MemberAbsent), an allow without proof.
+        match unknown_now(&[], "the fresh etcd probe failed: refused".into()) {
+            EtcdState::Unknown { reason } => assert!(reason.contains("refused")),
+            other => panic!("{other:?}"),
+        }
+        let mut up = Member::new(1, "a");
+        up.health = crate::engine::Health::Healthy;
+        let mut down = Member::new(2, "b");
+        down.health = crate::engine::Health::Unhealthy("no answer within 1s".into());
+        match unknown_now(&[up, down], "no fresh etcd probe answered".into()) {
+            EtcdState::Observed(s) => {
+                assert_eq!(
+                    s.members[0].health,
+                    crate::engine::Health::Unconfirmed("no fresh etcd probe answered".into())
+                );
+                assert!(matches!(
+                    s.members[1].health,
+                    crate::engine::Health::Unhealthy(_)
+                ));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
