@@ -269,7 +269,10 @@ async fn load(
     member: String,
     stop: Arc<AtomicBool>,
 ) -> Vec<Result<Answer, String>> {
-    let mut out = Vec::new();
+    // One review every 50 ms, each in a task of its own, as kube-apiserver sends them: how many
+    // are sent does not depend on how long each takes to answer (a review that rests on etcd
+    // waits for a fresh probe, up to --fresh-probe-timeout, while etcd does not answer).
+    let mut sent = Vec::new();
     for n in 0..10_000 {
         if stop.load(Ordering::SeqCst) {
             break;
@@ -282,8 +285,15 @@ async fn load(
             1 => (MACHINES, delete_review(&member, JANE, true, "load")),
             _ => (KCPS, replicas_review(3, 2, JANE, true, "load")),
         };
-        out.push(guard::review(addr, tls.clone(), path, &body).await);
+        let tls = tls.clone();
+        sent.push(tokio::spawn(async move {
+            guard::review(addr, tls, path, &body).await
+        }));
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut out = Vec::with_capacity(sent.len());
+    for task in sent {
+        out.push(task.await.unwrap_or_else(|e| Err(format!("review task: {e}"))));
     }
     out
 }
