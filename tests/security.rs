@@ -12,11 +12,9 @@
 
 mod support;
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use http_body_util::Full;
@@ -25,45 +23,10 @@ use hyper::{Method, Request, StatusCode};
 use quorumguard::playground::world::{World, WorldOptions};
 use serde_json::{Value, json};
 use support::https::{STEP, TempDir, TestPki, get_plain, send};
+use support::logs::{logged, logs};
 use support::reviews::{KCP_CONTROLLER, fixture, machine_named};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// Everything every test of this binary logged (one global subscriber: the server's tasks run
-/// on the runtime's worker threads, which a thread-local subscriber would not see).
-fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = buffer.clone();
-        let _ = tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
-            .with_writer(move || Capture(sink.clone()))
-            .try_init();
-        buffer
-    })
-    .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn logged() -> String {
-    String::from_utf8_lossy(&logs().lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-}
 
 /// Polls `probe` every 50 ms until it returns `Some`, for at most `bound`.
 async fn within<T>(bound: Duration, what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
