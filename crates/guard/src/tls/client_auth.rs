@@ -242,6 +242,11 @@ fn describe(error: &Error) -> String {
         Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
             "not issued by a trusted CA".to_owned()
         }
+        Error::InvalidCertificate(CertificateError::BadSignature) => {
+            "its signature does not verify with the trusted CA of its issuer's name (a look-alike \
+             CA, or a CA that was replaced)"
+                .to_owned()
+        }
         Error::InvalidCertificate(CertificateError::Other(other))
             if other.0.to_string().contains("MaximumPathDepthExceeded") =>
         {
