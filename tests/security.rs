@@ -526,3 +526,50 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// What a flood of forged allowed deletions can hold: 1,000 reviews of the fixture control
+/// plane (3 healthy members) as if from the KCP controller, half naming its real Machines and
+/// half Machines that do not exist, with and without the break-glass annotation. The
+/// reservations they leave stay within what the quorum arithmetic allows.
+#[tokio::test]
+async fn a_thousand_forged_allowed_deletions_hold_a_bounded_number_of_reservations() {
+    let api = support::guard::standin().await;
+    let dir = TempDir::new("security-forged-deletions");
+    let pki = TestPki::new(dir.path());
+    let running =
+        support::guard::start(support::guard::config(&pki, Duration::from_secs(60)), &api).await;
+    let tls = pki.client(&[b"h2"]);
+    let started = Instant::now();
+    let (mut allowed, mut most) = (0, 0);
+    for i in 0..1000usize {
+        let member = match i % 4 {
+            0 | 1 => ["cp-a", "cp-b", "cp-c"][i % 3].to_owned(),
+            _ => format!("forged-{i}"),
+        };
+        let mut body =
+            support::guard::delete_review(&member, KCP_CONTROLLER, false, &format!("f{i}"));
+        if i % 4 == 3 {
+            body["request"]["oldObject"]["metadata"]["annotations"]["quorumguard.io/allow-unsafe-delete"] =
+                json!("forged");
+        }
+        let answer =
+            support::guard::review(running.addr, tls.clone(), support::guard::MACHINES, &body)
+                .await
+                .unwrap_or_else(|e| panic!("review {i}: {e}"));
+        allowed += usize::from(answer.allowed);
+        most = most.max(running.webhook.reservations());
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "1,000 reviews took over 2 minutes"
+        );
+    }
+    assert!(
+        allowed >= 500,
+        "the forged deletions were allowed: {allowed}"
+    );
+    // At most one reservation per Machine of the control plane (3), plus the one the last review
+    // made before the next review prunes what does not exist. Before that pruning, the Machines
+    // that do not exist held one reservation each: 501 here.
+    assert!(most <= 4, "at most 4 reservations at a time, saw {most}");
+    running.shutdown().await;
+}
