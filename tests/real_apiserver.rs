@@ -1597,6 +1597,14 @@ async fn with_client_certificates_only_kube_apiserver_is_answered() {
     // Events are written in the background: give one the time it would take, then look.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!mallory_in_events(&world.admin, "test-cp-c").await);
+    // Only kube-apiserver can send reviews: the note names alice as the requester.
+    let notes: Vec<String> = events_about(&world.admin, "test-cp-a")
+        .await
+        .into_iter()
+        .filter_map(|e| e.note)
+        .collect();
+    let by_alice = format!("denied DELETE by {ALICE}: ");
+    assert!(notes.iter().any(|n| n.starts_with(&by_alice)), "{notes:?}");
 }
 
 /// Without `--client-ca-file` the same forged reviews are answered, judged and recorded, as
@@ -1626,4 +1634,10 @@ async fn without_client_certificates_forged_reviews_are_answered_as_before() {
         },
     )
     .await;
+    // Not mistakable for kube-apiserver's record: the note says whom the review names.
+    let expected = format!("(review names user {MALLORY}; its sender is not authenticated)");
+    for e in events_about(&world.admin, "test-cp-c").await {
+        let note = e.note.unwrap_or_default();
+        assert!(note.contains(&expected), "{note}");
+    }
 }

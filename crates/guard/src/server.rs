@@ -273,9 +273,16 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
         },
     ));
 
-    let sink = config
-        .events
-        .then(|| events::spawn(client.clone(), config.pod_name.clone(), 256));
+    let sink = config.events.then(|| {
+        let verified = config.client_auth.is_some();
+        events::spawn(
+            client.clone(),
+            config.pod_name.clone(),
+            256,
+            &metrics,
+            verified,
+        )
+    });
     let webhook = Arc::new(Webhook::new(
         state.clone(),
         config.policy.clone(),
