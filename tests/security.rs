@@ -9,6 +9,8 @@
 //!   teardown identity, anonymous users and `system:masters` are judged as any person;
 //! - the contents of the Secrets quorumguard reads (the etcd CA and its key) and its own keys
 //!   never reach its logs (captured here at TRACE for every crate) or its metrics.
+//! - 1,000 forged allowed deletions hold at most one reservation per Machine of the control
+//!   plane (plus the newest), whatever Machines they name.
 
 mod support;
 
