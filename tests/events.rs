@@ -489,3 +489,53 @@ async fn a_repeat_whose_event_has_gone_is_a_new_event() {
         ]
     );
 }
+
+/// The value of `quorumguard_events_dropped_total{reason="<reason>"}` on the admin port.
+async fn dropped(g: &Guard, reason: &str) -> f64 {
+    let (_, text) = support::https::get_plain(g.running.admin_addr, "/metrics").await;
+    let series = format!("quorumguard_events_dropped_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series}in /metrics"))
+}
+
+/// A flood of forged denials cannot flood etcd with Events: 200 reviews about one Machine
+/// from 200 made-up users, then 100 from one user about it; the object's limit (10 at once)
+/// holds, every other notice is counted as dropped, and each Event's note says the user is only
+/// the one the review names (client certificates are not verified here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_denials_is_limited_per_object_and_counted() {
+    let g = Guard::start().await;
+    g.health(&[("a", true), ("b", true), ("c", false)]);
+    for i in 0..200 {
+        let body = delete_review(
+            "cp-a",
+            &format!("user-{i}@example.com"),
+            false,
+            &format!("f{i}"),
+        );
+        g.denied(MACHINES, &body, "WouldLoseQuorum").await;
+    }
+    for i in 0..100 {
+        let body = delete_review("cp-a", JANE, false, &format!("j{i}"));
+        g.denied(MACHINES, &body, "WouldLoseQuorum").await;
+    }
+    let writes = g.writes(10).await;
+    assert!(writes.len() <= 10, "{} Event writes", writes.len());
+    let events = g.events_about("Machine", "test-cp-a");
+    assert!(
+        !events.is_empty() && events.len() <= 10,
+        "{}",
+        shown(&events)
+    );
+    for e in &events {
+        let note = e["note"].as_str().unwrap_or_default();
+        assert!(
+            note.contains("(review names user ") && note.contains("not authenticated)"),
+            "{note}"
+        );
+    }
+    let limited = dropped(&g, "object_limit").await + dropped(&g, "requester_limit").await;
+    assert!(limited >= 290.0, "dropped over a limit: {limited}");
+    assert_eq!(dropped(&g, "queue_full").await, 0.0);
+}

@@ -923,3 +923,75 @@ fn every_rbac_rule_and_the_side_effects_choice_are_explained() {
         );
     }
 }
+
+/// `manifests/with-client-auth/` (the client-auth component on the default install): serve
+/// requires a client certificate naming kube-apiserver from a client CA of its own (only its
+/// ca.crt mounted, never its key), cert-manager issues kube-apiserver's certificate from that CA
+/// for client authentication, and nothing else changes.
+#[test]
+fn the_client_auth_component_requires_kube_apiservers_certificate_from_its_own_ca() {
+    let base = default_render();
+    let auth = Objects::load(&manifests_dir().join("with-client-auth"));
+    let deployment: Deployment = auth.typed("Deployment", "quorumguard");
+    let args = strings(&container(&deployment).args);
+    for flag in [
+        "--client-ca-file=/client-ca/ca.crt",
+        "--client-name=kube-apiserver",
+    ] {
+        assert!(args.contains(&flag), "{flag} in {args:?}");
+    }
+    let volume = pod_spec(&deployment)
+        .volumes
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|v| v.name == "client-ca")
+        .and_then(|v| v.secret.clone())
+        .expect("a client-ca Secret volume");
+    assert_eq!(volume.secret_name.as_deref(), Some("quorumguard-client-ca"));
+    let items: Vec<(String, String)> = volume
+        .items
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| (i.key, i.path))
+        .collect();
+    assert_eq!(
+        items,
+        [("ca.crt".to_owned(), "ca.crt".to_owned())],
+        "never tls.key"
+    );
+    let mounted = container(&deployment)
+        .volume_mounts
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|m| {
+            m.name == "client-ca" && m.mount_path == "/client-ca" && m.read_only == Some(true)
+        });
+    assert!(mounted, "mounted read-only at /client-ca");
+
+    let ca = auth.raw("Certificate", "quorumguard-client-ca");
+    assert_eq!(ca["spec"]["isCA"], true);
+    assert_eq!(ca["spec"]["secretName"], "quorumguard-client-ca");
+    let issuer = auth.raw("Issuer", "quorumguard-client-ca");
+    assert_eq!(issuer["spec"]["ca"]["secretName"], "quorumguard-client-ca");
+    let client = auth.raw("Certificate", "quorumguard-apiserver-client");
+    assert_eq!(client["spec"]["commonName"], "kube-apiserver");
+    assert_eq!(client["spec"]["issuerRef"]["name"], "quorumguard-client-ca");
+    assert_eq!(
+        client["spec"]["usages"],
+        serde_json::json!(["client auth", "digital signature"])
+    );
+
+    // Everything else is the default install.
+    for o in &base.0 {
+        let (kind, name) = (
+            o["kind"].as_str().unwrap(),
+            o["metadata"]["name"].as_str().unwrap(),
+        );
+        if kind != "Deployment" {
+            assert_eq!(auth.find(kind, name), Some(o), "{kind}/{name}");
+        }
+    }
+    assert_eq!(auth.0.len(), base.0.len() + 3);
+}

@@ -152,6 +152,7 @@ async fn world() -> World {
         tls_cert: dir.path().join("tls.crt"),
         tls_key: dir.path().join("tls.key"),
         tls_reload_interval: Duration::from_secs(1),
+        client_auth: None,
         policy: Policy::default(),
         reservation_ttl: Duration::from_secs(30),
         shutdown_delay: Duration::from_millis(50),

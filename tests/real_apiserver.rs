@@ -14,7 +14,7 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kube::Client;
@@ -24,7 +24,8 @@ use support::envtest::{
     self, Envtest, SERVICE_ACCOUNT, Serve, api_for, must_create, must_replace, webhook_at,
 };
 use support::etcd::EtcdCluster;
-use support::https::TestPki;
+use support::guard::{delete_review, review};
+use support::https::{ClientCa, ClientCert, TempDir, TestPki};
 use support::manifests::{manifests_dir, render};
 use support::reviews::{KCP_CONTROLLER, NS};
 use support::seed::{KCP, cluster_objects, direct_to};
@@ -153,7 +154,12 @@ impl World {
     /// ServiceAccount, RBAC, Deployment, Service, PDB, NetworkPolicy, VWC as rendered) and
     /// namespace [`NS`] for the workload clusters.
     async fn start(assets: &envtest::Assets) -> World {
-        let env = Envtest::start(assets).await;
+        World::start_with(assets, &[]).await
+    }
+
+    /// [`World::start`] with `extra` kube-apiserver flags.
+    async fn start_with(assets: &envtest::Assets, extra: &[String]) -> World {
+        let env = Envtest::start_with(assets, extra).await;
         let admin = env.client().await;
         let objects = rendered("no-cert-manager");
         for o in &objects {
@@ -953,6 +959,18 @@ fn denied_by_guard(message: &str) -> bool {
         )
 }
 
+/// `client` deletes Machine `name` (in [`NS`]) and the guard refuses it (`what` says who
+/// does what, for the failure message).
+async fn guard_refuses_deleting(client: &Client, name: &str, what: &str) {
+    let message = refusal(
+        what,
+        machines(client, NS)
+            .delete(name, &DeleteParams::default())
+            .await,
+    );
+    assert!(denied_by_guard(&message), "{what}: {message}");
+}
+
 /// How many times an Event says it happened (1, or its series' count).
 fn occurrences(e: &k8s_openapi::api::events::v1::Event) -> i32 {
     e.series.as_ref().map_or(1, |s| s.count.max(1))
@@ -1092,13 +1110,12 @@ async fn with_serve_down_only_what_it_guards_is_refused() {
 
     serve.restart();
     serve.wait_ready().await;
-    let message = refusal(
+    guard_refuses_deleting(
+        &alice,
+        "test-cp-a",
         "alice deletes a control-plane Machine after the restart",
-        machines(&alice, NS)
-            .delete("test-cp-a", &DeleteParams::default())
-            .await,
-    );
-    assert!(denied_by_guard(&message), "judged again: {message}");
+    )
+    .await;
     assert_eq!(serve.review_count(MACHINES).await, 1);
 }
 
@@ -1416,4 +1433,211 @@ async fn requests_through_v1beta1_are_judged() {
         .expect("a worker Machine through v1beta1");
     let reviews = serve.reviews(MACHINES).await;
     assert!(!reviews.contains_key("NotControlPlane"), "{reviews:?}");
+}
+
+/// The files kube-apiserver needs to present a client certificate to the webhook at `addr`, as
+/// SECURITY.md describes them: the certificate and key, a kubeconfig whose user entry is named
+/// for the webhook (for a `url` webhook, its `host:port`; for the Service,
+/// `quorumguard-webhook.quorumguard-system.svc`), and the AdmissionConfiguration pointing
+/// ValidatingAdmissionWebhook at it. Returns the `--admission-control-config-file` flag.
+fn admission_configuration(dir: &Path, addr: SocketAddr, cert: &ClientCert) -> String {
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        path.display().to_string()
+    };
+    let crt = write("webhook-client.crt", &cert.chain_pem);
+    let key = write("webhook-client.key", &cert.key_pem);
+    let kubeconfig = write(
+        "webhook-kubeconfig.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Config\nusers:\n- name: \"{addr}\"\n  user:\n    \
+             client-certificate: {crt}\n    client-key: {key}\n"
+        ),
+    );
+    let config = write(
+        "admission-configuration.yaml",
+        &format!(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n\
+             - name: ValidatingAdmissionWebhook\n  configuration:\n    \
+             apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    \
+             kubeConfigFile: {kubeconfig}\n"
+        ),
+    );
+    format!("--admission-control-config-file={config}")
+}
+
+/// The fixture control plane on a kube-apiserver that presents a client certificate (CN
+/// `kube-apiserver`, from its own client CA) to the webhook, and `serve` (no probes: a person is
+/// refused) registered; with `authenticate`, `serve` requires that certificate. Then: the API
+/// server's reviews are judged as before, and reviews forged by a client that presents no
+/// certificate, or one from another CA with the same name, are sent directly.
+/// Returns (the world, serve, whether each forged review was answered).
+async fn forged_reviews_beside_a_real_apiserver(
+    assets: &envtest::Assets,
+    authenticate: bool,
+) -> (World, Serve, [bool; 2]) {
+    let files = TempDir::new("admission-configuration");
+    let addr: SocketAddr = ([127, 0, 0, 1], envtest::free_port()).into();
+    let client_ca = ClientCa::new("kube-apiserver webhook client CA");
+    let ca_file = files.path().join("client-ca.crt");
+    std::fs::write(&ca_file, &client_ca.pem).expect("client CA");
+    let flag = admission_configuration(files.path(), addr, &client_ca.issue("kube-apiserver"));
+    let world = World::start_with(assets, &[flag]).await;
+    let members: Vec<String> = ["cp-a", "cp-b", "cp-c"].map(String::from).to_vec();
+    world.seed(json!({}), &members, None, 3).await;
+    let ca_flag = format!("--client-ca-file={}", ca_file.display());
+    let mut flags = vec!["--no-probe"];
+    if authenticate {
+        flags.extend([ca_flag.as_str(), "--client-name=kube-apiserver"]);
+    }
+    let mut serve = Serve::start_on(
+        addr,
+        world.env.dir(),
+        &world.pki,
+        "quorumguard-0",
+        &world.sa_kubeconfig(),
+        &flags,
+    );
+    serve.wait_ready().await;
+    // kube-apiserver's own reviews are answered (a dry-run KCP change reaches serve).
+    world.register(&serve).await;
+
+    // Judged as before: a person refused; a teardown identity allowed (by the VWC's
+    // matchConditions, without a review).
+    let alice = world.env.client_as(ALICE).await;
+    guard_refuses_deleting(&alice, "test-cp-a", "alice deletes a control-plane Machine").await;
+    let teardown = world.env.client_as(TEARDOWN[0]).await;
+    machines(&teardown, NS)
+        .delete("test-cp-b", &dry_run())
+        .await
+        .expect("a teardown identity's deletion is allowed");
+    envtest::eventually("alice's refusal in Events", envtest::WAIT, || async {
+        let e = events_about(&world.admin, "test-cp-a").await;
+        e.iter()
+            .any(|e| e.note.as_deref().unwrap_or_default().contains(ALICE))
+            .then_some(())
+    })
+    .await;
+
+    // Forged: mallory "refused" on test-cp-c, sent without kube-apiserver.
+    let impostor = ClientCa::new("kube-apiserver webhook client CA").issue("kube-apiserver");
+    let h2: &[&[u8]] = &[b"h2"];
+    let mut answered = [false; 2];
+    for (i, tls) in [
+        world.pki.client(h2),
+        world.pki.client_with_cert(h2, &impostor),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let forged = delete_review("cp-c", MALLORY, false, &format!("forged-review-{i}"));
+        answered[i] = review(serve.addr, tls, "/validate/machines", &forged)
+            .await
+            .is_ok();
+    }
+    (world, serve, answered)
+}
+
+/// The requester a forged review names.
+const MALLORY: &str = "mallory@example.com";
+
+/// Whether any Event about `name` names mallory.
+async fn mallory_in_events(admin: &Client, name: &str) -> bool {
+    events_about(admin, name)
+        .await
+        .iter()
+        .any(|e| e.note.as_deref().unwrap_or_default().contains(MALLORY))
+}
+
+/// With `--client-ca-file`, kube-apiserver (presenting its certificate through the
+/// AdmissionConfiguration's kubeConfigFile) is answered and judged as before, while reviews sent
+/// directly without that certificate, or with a look-alike from another CA, are refused in the
+/// TLS handshake: no Event, no review counted or logged (so nothing was judged or reserved), and
+/// each refusal logged once and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_client_certificates_only_kube_apiserver_is_answered() {
+    let assets = assets_or_skip!("with_client_certificates_only_kube_apiserver_is_answered");
+    let (world, serve, answered) = forged_reviews_beside_a_real_apiserver(&assets, true).await;
+    assert_eq!(
+        answered,
+        [false, false],
+        "forged reviews are refused at TLS"
+    );
+    let machine_reviews = serve.reviews(MACHINES).await;
+    // alice's deletion (the teardown identity's is not sent: the VWC's matchConditions): nothing
+    // else was judged.
+    assert_eq!(
+        machine_reviews.values().sum::<u64>(),
+        1,
+        "{machine_reviews:?}"
+    );
+    let log = serve.log();
+    assert!(!log.contains("forged-review-"), "a forged review was read");
+    let refusals: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("TLS handshake refused"))
+        .collect();
+    assert_eq!(refusals.len(), 2, "{refusals:#?}");
+    assert!(
+        refusals[0].contains("no client certificate presented"),
+        "{}",
+        refusals[0]
+    );
+    assert!(
+        refusals[1].contains("CN=kube-apiserver") && refusals[1].contains("look-alike CA"),
+        "{}",
+        refusals[1]
+    );
+    let counted = envtest::samples(
+        &serve.metrics().await,
+        "quorumguard_client_certificate_refusals_total",
+    );
+    assert_eq!(counted.first().map(|(_, v)| *v), Some(2.0), "{counted:?}");
+    // Events are written in the background: give one the time it would take, then look.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!mallory_in_events(&world.admin, "test-cp-c").await);
+    // Only kube-apiserver can send reviews: the note names alice as the requester.
+    let notes: Vec<String> = events_about(&world.admin, "test-cp-a")
+        .await
+        .into_iter()
+        .filter_map(|e| e.note)
+        .collect();
+    let by_alice = format!("denied DELETE by {ALICE}: ");
+    assert!(notes.iter().any(|n| n.starts_with(&by_alice)), "{notes:?}");
+}
+
+/// Without `--client-ca-file` the same forged reviews are answered, judged and recorded, as
+/// before (and the Event says the requester is only what the review names).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_client_certificates_forged_reviews_are_answered_as_before() {
+    let assets =
+        assets_or_skip!("without_client_certificates_forged_reviews_are_answered_as_before");
+    let (world, serve, answered) = forged_reviews_beside_a_real_apiserver(&assets, false).await;
+    assert_eq!(
+        answered,
+        [true, true],
+        "without authentication anyone is answered"
+    );
+    assert_eq!(
+        serve.review_count(MACHINES).await,
+        3,
+        "alice's and the two forged"
+    );
+    envtest::eventually(
+        "mallory's forged refusal in Events",
+        envtest::WAIT,
+        || async {
+            mallory_in_events(&world.admin, "test-cp-c")
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+    // Not mistakable for kube-apiserver's record: the note says whom the review names.
+    let expected = format!("(review names user {MALLORY}; its sender is not authenticated)");
+    for e in events_about(&world.admin, "test-cp-c").await {
+        let note = e.note.unwrap_or_default();
+        assert!(note.contains(&expected), "{note}");
+    }
 }

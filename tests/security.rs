@@ -9,14 +9,14 @@
 //!   teardown identity, anonymous users and `system:masters` are judged as any person;
 //! - the contents of the Secrets quorumguard reads (the etcd CA and its key) and its own keys
 //!   never reach its logs (captured here at TRACE for every crate) or its metrics.
+//! - 1,000 forged allowed deletions hold at most one reservation per Machine of the control
+//!   plane (plus the newest), whatever Machines they name.
 
 mod support;
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use http_body_util::Full;
@@ -25,45 +25,10 @@ use hyper::{Method, Request, StatusCode};
 use quorumguard::playground::world::{World, WorldOptions};
 use serde_json::{Value, json};
 use support::https::{STEP, TempDir, TestPki, get_plain, send};
+use support::logs::{logged, logs};
 use support::reviews::{KCP_CONTROLLER, fixture, machine_named};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// Everything every test of this binary logged (one global subscriber: the server's tasks run
-/// on the runtime's worker threads, which a thread-local subscriber would not see).
-fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = buffer.clone();
-        let _ = tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
-            .with_writer(move || Capture(sink.clone()))
-            .try_init();
-        buffer
-    })
-    .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn logged() -> String {
-    String::from_utf8_lossy(&logs().lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-}
 
 /// Polls `probe` every 50 ms until it returns `Some`, for at most `bound`.
 async fn within<T>(bound: Duration, what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
@@ -562,4 +527,51 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// What a flood of forged allowed deletions can hold: 1,000 reviews of the fixture control
+/// plane (3 healthy members) as if from the KCP controller, half naming its real Machines and
+/// half Machines that do not exist, with and without the break-glass annotation. The
+/// reservations they leave stay within what the quorum arithmetic allows.
+#[tokio::test]
+async fn a_thousand_forged_allowed_deletions_hold_a_bounded_number_of_reservations() {
+    let api = support::guard::standin().await;
+    let dir = TempDir::new("security-forged-deletions");
+    let pki = TestPki::new(dir.path());
+    let running =
+        support::guard::start(support::guard::config(&pki, Duration::from_secs(60)), &api).await;
+    let tls = pki.client(&[b"h2"]);
+    let started = Instant::now();
+    let (mut allowed, mut most) = (0, 0);
+    for i in 0..1000usize {
+        let member = match i % 4 {
+            0 | 1 => ["cp-a", "cp-b", "cp-c"][i % 3].to_owned(),
+            _ => format!("forged-{i}"),
+        };
+        let mut body =
+            support::guard::delete_review(&member, KCP_CONTROLLER, false, &format!("f{i}"));
+        if i % 4 == 3 {
+            body["request"]["oldObject"]["metadata"]["annotations"]["quorumguard.io/allow-unsafe-delete"] =
+                json!("forged");
+        }
+        let answer =
+            support::guard::review(running.addr, tls.clone(), support::guard::MACHINES, &body)
+                .await
+                .unwrap_or_else(|e| panic!("review {i}: {e}"));
+        allowed += usize::from(answer.allowed);
+        most = most.max(running.webhook.reservations());
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "1,000 reviews took over 2 minutes"
+        );
+    }
+    assert!(
+        allowed >= 500,
+        "the forged deletions were allowed: {allowed}"
+    );
+    // At most one reservation per Machine of the control plane (3), plus the one the last review
+    // made before the next review prunes what does not exist. Before that pruning, the Machines
+    // that do not exist held one reservation each: 501 here.
+    assert!(most <= 4, "at most 4 reservations at a time, saw {most}");
+    running.shutdown().await;
 }

@@ -287,7 +287,7 @@ async fn serve(config: RustlsConfig) -> Server {
 
 /// Serves the volume's pair, reloading every [`POLL`].
 async fn serve_volume(volume: &SecretVolume) -> Server {
-    let config = tls::load(&volume.cert(), &volume.key())
+    let config = tls::load(&volume.cert(), &volume.key(), None)
         .await
         .expect("initial pair loads");
     let mut server = serve(config.clone()).await;
@@ -296,6 +296,7 @@ async fn serve_volume(volume: &SecretVolume) -> Server {
         config,
         volume.cert(),
         volume.key(),
+        None,
         POLL,
         move |outcome| reports.push(outcome),
     ));

@@ -107,6 +107,7 @@ fn test_config(pki: &TestPki, policy: Policy) -> ServeConfig {
         tls_cert: pki.cert_file.clone(),
         tls_key: pki.key_file.clone(),
         tls_reload_interval: Duration::from_millis(100),
+        client_auth: None,
         policy,
         reservation_ttl: Duration::from_secs(30),
         shutdown_delay: Duration::from_millis(200),

@@ -215,6 +215,7 @@ impl Servers {
             tls_cert: pki.cert_file.clone(),
             tls_key: pki.key_file.clone(),
             tls_reload_interval: Duration::from_secs(5),
+            client_auth: None,
             policy: Policy::default(),
             reservation_ttl: Duration::from_secs(30),
             shutdown_delay: Duration::ZERO,
@@ -244,7 +245,7 @@ impl Servers {
             }
         });
 
-        let tls = quorumguard::tls::load(&pki.cert_file, &pki.key_file).await?;
+        let tls = quorumguard::tls::load(&pki.cert_file, &pki.key_file, None).await?;
         let allow: Bytes = Bytes::from_static(FLOOR_ANSWER.as_bytes());
         let answer = move |body: Bytes| {
             let allow = allow.clone();
@@ -273,7 +274,7 @@ impl Servers {
             .route("/json/validate/kubeadmcontrolplanes", post(tokenize));
         let floor_handle = Handle::new();
         let floor_task = tokio::spawn(
-            server::https("127.0.0.1:0".parse()?, tls)
+            server::https("127.0.0.1:0".parse()?, tls, None)
                 .handle(floor_handle.clone())
                 .serve(app.into_make_service()),
         );

@@ -141,11 +141,16 @@ pub struct Envtest {
 impl Envtest {
     /// Starts etcd and kube-apiserver from `assets` and installs the Cluster API CRDs; waits
     /// (bounded by [`START_WAIT`]) until the server is ready and the CRDs are established.
+    pub async fn start(assets: &Assets) -> Envtest {
+        Self::start_with(assets, &[]).await
+    }
+
+    /// [`Envtest::start`] with `extra` kube-apiserver flags.
     #[expect(
         clippy::await_holding_lock,
         reason = "the slot is held on purpose for the server's whole life: one at a time"
     )]
-    pub async fn start(assets: &Assets) -> Envtest {
+    pub async fn start_with(assets: &Assets, extra: &[String]) -> Envtest {
         let slot = slot();
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -154,7 +159,7 @@ impl Envtest {
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = fs::remove_dir_all(&dir);
-        let api = RealApi::start(assets, &capi_crds_dir(), &dir)
+        let api = RealApi::start_with(assets, &capi_crds_dir(), &dir, extra)
             .await
             .unwrap_or_else(|e| panic!("starting the real API server: {e}"));
         Envtest {
@@ -416,6 +421,19 @@ impl Serve {
         extra: &[&str],
     ) -> Serve {
         let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        Self::start_on(addr, dir, pki, name, kubeconfig, extra)
+    }
+
+    /// [`Serve::start`] with the webhook at `addr` (known before kube-apiserver starts, for
+    /// its AdmissionConfiguration).
+    pub fn start_on(
+        addr: SocketAddr,
+        dir: &Path,
+        pki: &TestPki,
+        name: &str,
+        kubeconfig: &Path,
+        extra: &[&str],
+    ) -> Serve {
         let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let mut args = vec![
             "serve".to_string(),

@@ -40,6 +40,7 @@ pub fn serve_config(
         tls_cert: pki.cert_file.clone(),
         tls_key: pki.key_file.clone(),
         tls_reload_interval: Duration::from_secs(1),
+        client_auth: None,
         policy: Policy::default(),
         reservation_ttl,
         shutdown_delay: Duration::from_millis(10),
@@ -143,6 +144,7 @@ pub async fn review(
 pub fn config(pki: &TestPki, reload: Duration) -> ServeConfig {
     ServeConfig {
         tls_reload_interval: reload,
+        client_auth: None,
         reservation_ttl: Duration::from_secs(30),
         shutdown_delay: Duration::from_millis(100),
         shutdown_grace: Duration::from_secs(2),

@@ -232,3 +232,107 @@ pub async fn try_get_plain(addr: SocketAddr, path: &str) -> Result<(StatusCode, 
         .await
         .map_err(|_| "timed out".to_string())?
 }
+
+/// A CA that issues client certificates (kube-apiserver's, in production), kept apart from the
+/// serving CA as a cluster's front-proxy or webhook-client CA would be.
+pub struct ClientCa {
+    pub pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+/// A client certificate chain (leaf first, then any intermediates) and its key.
+pub struct ClientCert {
+    pub chain: Vec<CertificateDer<'static>>,
+    pub chain_pem: String,
+    pub key_pem: String,
+}
+
+impl ClientCa {
+    pub fn new(cn: &str) -> ClientCa {
+        let key = KeyPair::generate().expect("client CA key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        let ca = params.self_signed(&key).expect("client CA");
+        ClientCa {
+            pem: ca.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A client-authentication certificate for common name `cn`, valid for a year from a day ago.
+    pub fn issue(&self, cn: &str) -> ClientCert {
+        let now = std::time::SystemTime::now();
+        let day = Duration::from_secs(86_400);
+        self.issue_with(cn, now - day, now + 365 * day, 0)
+    }
+
+    /// A client-authentication certificate for `cn`, valid from `not_before` to `not_after`,
+    /// issued through a chain of `intermediates` intermediate CAs below this one.
+    pub fn issue_with(
+        &self,
+        cn: &str,
+        not_before: std::time::SystemTime,
+        not_after: std::time::SystemTime,
+        intermediates: usize,
+    ) -> ClientCert {
+        let mut above: Vec<rcgen::Certificate> = Vec::new();
+        let mut owned: Option<Issuer<'static, KeyPair>> = None;
+        for i in 0..intermediates {
+            let key = KeyPair::generate().expect("intermediate key");
+            let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, format!("intermediate {}", i + 1));
+            let cert = params
+                .signed_by(&key, owned.as_ref().unwrap_or(&self.issuer))
+                .expect("intermediate");
+            above.push(cert);
+            owned = Some(Issuer::new(params, key));
+        }
+        let key = KeyPair::generate().expect("client key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.not_before = not_before.into();
+        params.not_after = not_after.into();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let leaf = params
+            .signed_by(&key, owned.as_ref().unwrap_or(&self.issuer))
+            .expect("client certificate");
+        let mut chain = vec![leaf.der().clone()];
+        let mut chain_pem = leaf.pem();
+        for cert in above.iter().rev() {
+            chain.push(cert.der().clone());
+            chain_pem.push_str(&cert.pem());
+        }
+        ClientCert {
+            chain,
+            chain_pem,
+            key_pem: key.serialize_pem(),
+        }
+    }
+}
+
+impl TestPki {
+    /// [`TestPki::client`], presenting `cert` when the server asks for a client certificate.
+    pub fn client_with_cert(&self, alpn: &[&[u8]], cert: &ClientCert) -> Arc<ClientConfig> {
+        let mut store = RootCertStore::empty();
+        store.add(self.ca.clone()).expect("root");
+        use rustls::pki_types::{PrivateKeyDer, pem::PemObject};
+        let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).expect("client key");
+        let mut config =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("versions")
+                .with_root_certificates(store)
+                .with_client_auth_cert(cert.chain.clone(), key)
+                .expect("client certificate");
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(config)
+    }
+}

@@ -7,6 +7,7 @@ pub mod etcd;
 pub mod guard;
 pub mod https;
 pub mod kit;
+pub mod logs;
 pub mod manifests;
 pub mod reviews;
 pub mod seed;

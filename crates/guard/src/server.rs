@@ -94,6 +94,9 @@ pub struct ServeConfig {
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
     pub tls_reload_interval: Duration,
+    /// Require and verify a client certificate (kube-apiserver's) on the webhook port; `None`:
+    /// any client may connect. Its CA file is reloaded with the serving pair.
+    pub client_auth: Option<tls::ClientAuth>,
     pub policy: Policy,
     pub reservation_ttl: Duration,
     /// After SIGTERM, how long to report not-ready before refusing new connections, so that
@@ -246,7 +249,18 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
         readiness.set_swept(true);
     }
 
-    let tls_config = tls::load(&config.tls_cert, &config.tls_key).await?;
+    let client_auth = config.client_auth.as_ref();
+    let tls_config = tls::load(&config.tls_cert, &config.tls_key, client_auth).await?;
+    match client_auth {
+        Some(auth) => tracing::info!(
+            client_ca = %auth.ca_file.display(),
+            client_names = %auth.names.join(", "),
+            "the webhook port requires a client certificate from this CA naming one of these clients"
+        ),
+        None => tracing::info!(
+            "the webhook port does not verify client certificates: anything that can connect can send a review (see --client-ca-file)"
+        ),
+    }
     readiness.set_cert_loaded(true);
     let reload_metrics = metrics.clone();
     let cert_path = config.tls_cert.clone();
@@ -254,6 +268,7 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
         tls_config.clone(),
         config.tls_cert.clone(),
         config.tls_key.clone(),
+        config.client_auth.clone(),
         config.tls_reload_interval,
         move |result| match result {
             Ok(()) => {
@@ -278,9 +293,16 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
         },
     ));
 
-    let sink = config
-        .events
-        .then(|| events::spawn(client.clone(), config.pod_name.clone(), 256));
+    let sink = config.events.then(|| {
+        let verified = config.client_auth.is_some();
+        events::spawn(
+            client.clone(),
+            config.pod_name.clone(),
+            256,
+            &metrics,
+            verified,
+        )
+    });
     let mut webhook = Webhook::new(
         state.clone(),
         config.policy.clone(),
@@ -318,7 +340,7 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
         .router()
         .layer(axum::middleware::from_fn(bounded));
     let server = tokio::spawn(
-        https(config.listen, tls_config)
+        https(config.listen, tls_config, Some(metrics.clone()))
             .handle(handle.clone())
             .serve(app.into_make_service()),
     );
@@ -457,19 +479,69 @@ fn lower_priority(thread: &str) {
 /// client's delayed ACK (40 ms on Linux) under Nagle's algorithm: under concurrent h2 load that
 /// put a 40 ms floor under the p99. kube-apiserver's Go client sets it on its side too.
 /// Connections are bounded in time as well: [`FIRST_REQUEST_TIMEOUT`] and, for HTTP/1.1,
-/// [`HEADER_READ_TIMEOUT`] (axum-server turns hyper's default off).
+/// [`HEADER_READ_TIMEOUT`] (axum-server turns hyper's default off). A handshake refused for its
+/// client certificate (when `tls` verifies them) is logged and counted ([`Handshakes`]).
 pub fn https(
     addr: SocketAddr,
     tls: RustlsConfig,
-) -> Server<SocketAddr, RustlsAcceptor<NoDelayAcceptor>> {
+    metrics: Option<Arc<Metrics>>,
+) -> Server<SocketAddr, Handshakes<RustlsAcceptor<NoDelayAcceptor>>> {
     let mut server = Server::bind(addr)
-        .acceptor(RustlsAcceptor::new(tls).acceptor(NoDelayAcceptor::new()))
+        .acceptor(Handshakes {
+            inner: RustlsAcceptor::new(tls).acceptor(NoDelayAcceptor::new()),
+            metrics,
+        })
         .first_request_timeout(FIRST_REQUEST_TIMEOUT);
     server
         .http_builder()
         .http1()
         .header_read_timeout(HEADER_READ_TIMEOUT);
     server
+}
+
+/// The TLS acceptor, with each handshake refused for its client certificate logged once (the
+/// peer's address, the certificate's subject and why) and counted in
+/// `quorumguard_client_certificate_refusals_total`. Other handshake failures (a port scan, a
+/// client offering no common version) stay at debug level, as before.
+#[derive(Clone)]
+pub struct Handshakes<A> {
+    inner: A,
+    metrics: Option<Arc<Metrics>>,
+}
+
+type Accepted<T, U> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<(T, U)>> + Send + 'static>>;
+
+impl<A, S> axum_server::accept::Accept<tokio::net::TcpStream, S> for Handshakes<A>
+where
+    A: axum_server::accept::Accept<tokio::net::TcpStream, S>,
+    A::Future: Send + 'static,
+{
+    type Stream = A::Stream;
+    type Service = A::Service;
+    type Future = Accepted<A::Stream, A::Service>;
+
+    fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
+        let peer = stream.peer_addr().ok();
+        let metrics = self.metrics.clone();
+        let accepted = self.inner.accept(stream, service);
+        Box::pin(async move {
+            accepted
+                .await
+                .inspect_err(|error| match tls::refusal(error) {
+                    Some(why) => {
+                        if let Some(m) = &metrics {
+                            m.client_certificate_refused();
+                        }
+                        tracing::warn!(
+                            peer = %peer.map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
+                            "TLS handshake refused, no review read: {why}"
+                        );
+                    }
+                    None => tracing::debug!(error = %error, "TLS handshake failed"),
+                })
+        })
+    }
 }
 
 impl Running {

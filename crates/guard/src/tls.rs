@@ -16,12 +16,14 @@
 //! watches it while it is served ([`Validity`], [`spawn_validity_watch`]). The constants and
 //! [`TlsError`] are here.
 
+mod client_auth;
 mod config;
 mod reload;
 mod validity;
 
 use std::{path::PathBuf, time::Duration};
 
+pub use client_auth::{ClientAuth, ClientCertRefused, refusal};
 pub use config::server_config;
 pub use reload::{load, spawn_reloader};
 pub use validity::{EXPIRY_WARNING, Validity, ValidityProblem, spawn_validity_watch};
@@ -104,6 +106,14 @@ pub enum TlsError {
     /// The serving certificate's DER does not parse as X.509 (read for its validity period).
     #[error("{}: the serving certificate is not valid X.509: {detail}", path.display())]
     X509 { path: PathBuf, detail: String },
+    /// The client CA file (`--client-ca-file`) holds a certificate that cannot be a trust anchor,
+    /// or none rustls can build a verifier from.
+    #[error(
+        "{}: cannot verify client certificates with it: {detail} (expected the PEM CA \
+         certificate that issued kube-apiserver's client certificate)",
+        path.display()
+    )]
+    ClientCa { path: PathBuf, detail: String },
     /// rustls refused the configuration itself (should not happen with the ring provider).
     #[error("cannot build the TLS configuration: {0}")]
     Config(#[source] rustls::Error),

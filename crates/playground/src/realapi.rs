@@ -224,6 +224,17 @@ impl RealApi {
     /// CRDs of `crds`; waits (bounded by [`START_WAIT`] each) until the server is ready and the
     /// CRDs are established.
     pub async fn start(assets: &Assets, crds: &Path, dir: &Path) -> Result<RealApi, RealApiError> {
+        Self::start_with(assets, crds, dir, &[]).await
+    }
+
+    /// [`RealApi::start`] with `extra` kube-apiserver flags after the usual ones (for example
+    /// `--admission-control-config-file`, whose files must exist before it starts).
+    pub async fn start_with(
+        assets: &Assets,
+        crds: &Path,
+        dir: &Path,
+        extra: &[String],
+    ) -> Result<RealApi, RealApiError> {
         // Before anything starts: a missing CRD directory is a missing prerequisite.
         crd_files(crds)?;
         let mkdir = |path: PathBuf| {
@@ -309,7 +320,10 @@ impl RealApi {
                 format!("--audit-policy-file={policy}"),
                 format!("--audit-log-path={}", audit_log.display()),
                 "--audit-log-format=json".to_string(),
-            ],
+            ]
+            .into_iter()
+            .chain(extra.iter().cloned())
+            .collect::<Vec<_>>(),
             "kube-apiserver.log",
         )?;
         let text = kubeconfig_yaml(&url, &ca.pem, &admin, None)?;

@@ -40,8 +40,8 @@
 //! `reportingInstance` tells them apart).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -50,8 +50,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::{counter::Counter, family::Family};
 use serde_json::json;
 use tokio::sync::mpsc;
+
+use crate::telemetry::Metrics;
 
 /// One Event to publish about an object.
 #[derive(Clone, Debug)]
@@ -66,6 +70,8 @@ pub struct Notice {
     pub action: String,
     /// Names the requester first, then what they were told.
     pub note: String,
+    /// The user the review names, for the per-requester limit.
+    pub requester: String,
 }
 
 /// The sending side, held by the webhook.
@@ -73,6 +79,106 @@ pub struct Notice {
 pub struct EventSink {
     tx: mpsc::Sender<Notice>,
     dropped: Arc<AtomicU64>,
+    /// Notices dropped, by why: `requester_limit`, `object_limit`, `queue_full`.
+    dropped_by: Family<DropLabels, Counter>,
+    limits: Arc<Mutex<Limits>>,
+    sender_verified: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropLabels {
+    reason: &'static str,
+}
+
+/// How many Events one requester may cause: [`PER_REQUESTER_BURST`] at once, then one per
+/// [`PER_REQUESTER_EVERY`] (30 a minute). A person retrying a refused `kubectl delete`, or KCP's
+/// controller refused on a few control planes, stays well inside it.
+pub const PER_REQUESTER_BURST: u32 = 30;
+pub const PER_REQUESTER_EVERY: Duration = Duration::from_secs(2);
+/// How many Events one object (Machine or KCP) may get: [`PER_OBJECT_BURST`] at once, then one
+/// per [`PER_OBJECT_EVERY`] (6 a minute), whoever the requesters are.
+pub const PER_OBJECT_BURST: u32 = 10;
+pub const PER_OBJECT_EVERY: Duration = Duration::from_secs(10);
+/// The most requesters, and the most objects, whose limits are remembered; when full, the ones
+/// back at their full burst are forgotten, and if none is, a notice from a new one is dropped.
+pub const LIMITER_ENTRIES: usize = 4096;
+
+/// A token bucket per key: `burst` tokens, one more every `every`.
+struct Buckets {
+    burst: f64,
+    every: Duration,
+    tokens: HashMap<String, (f64, Instant)>,
+}
+
+impl Buckets {
+    fn new(burst: u32, every: Duration) -> Buckets {
+        Buckets {
+            burst: f64::from(burst.max(1)),
+            every: every.max(Duration::from_millis(1)),
+            tokens: HashMap::new(),
+        }
+    }
+
+    /// The tokens `key` has at `now`.
+    fn level(&self, key: &str, now: Instant) -> f64 {
+        match self.tokens.get(key) {
+            Some(&(tokens, at)) => {
+                let refilled =
+                    now.saturating_duration_since(at).as_secs_f64() / self.every.as_secs_f64();
+                (tokens + refilled).min(self.burst)
+            }
+            None => self.burst,
+        }
+    }
+
+    /// Whether `key` has a token at `now` and there is room to remember it.
+    fn allows(&mut self, key: &str, now: Instant) -> bool {
+        if self.level(key, now) < 1.0 {
+            return false;
+        }
+        if !self.tokens.contains_key(key) && self.tokens.len() >= LIMITER_ENTRIES {
+            let (burst, every) = (self.burst, self.every);
+            self.tokens.retain(|_, &mut (tokens, at)| {
+                tokens + now.saturating_duration_since(at).as_secs_f64() / every.as_secs_f64()
+                    < burst
+            });
+        }
+        self.tokens.contains_key(key) || self.tokens.len() < LIMITER_ENTRIES
+    }
+
+    fn take(&mut self, key: &str, now: Instant) {
+        let level = self.level(key, now);
+        self.tokens.insert(key.to_owned(), (level - 1.0, now));
+    }
+}
+
+/// The per-requester and per-object limits. Pure: the caller passes the time.
+struct Limits {
+    requesters: Buckets,
+    objects: Buckets,
+}
+
+impl Limits {
+    fn new() -> Limits {
+        Limits {
+            requesters: Buckets::new(PER_REQUESTER_BURST, PER_REQUESTER_EVERY),
+            objects: Buckets::new(PER_OBJECT_BURST, PER_OBJECT_EVERY),
+        }
+    }
+
+    /// `Ok` and a token taken from both, or the limit that refuses it.
+    fn admit(&mut self, n: &Notice, now: Instant) -> Result<(), &'static str> {
+        let object = format!("{} {}/{}", n.kind, n.namespace, n.name);
+        if !self.requesters.allows(&n.requester, now) {
+            return Err("requester_limit");
+        }
+        if !self.objects.allows(&object, now) {
+            return Err("object_limit");
+        }
+        self.requesters.take(&n.requester, now);
+        self.objects.take(&object, now);
+        Ok(())
+    }
 }
 
 /// Events are at most 1 kB of note; longer ones are cut with a mark.
@@ -101,16 +207,33 @@ fn cut(mut s: String) -> String {
 }
 
 impl EventSink {
-    /// Queues a notice; never waits.
+    /// Queues a notice unless its requester or its object is over its limit; never waits.
     pub fn send(&self, n: Notice) {
-        if self.tx.try_send(n).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        let admitted = self
+            .limits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(&n, Instant::now());
+        let dropped = match admitted {
+            Err(reason) => reason,
+            Ok(()) if self.tx.try_send(n).is_err() => "queue_full",
+            Ok(()) => return,
+        };
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        self.dropped_by
+            .get_or_create(&DropLabels { reason: dropped })
+            .inc();
     }
 
-    /// Notices dropped because the queue was full or the publisher gone.
+    /// Notices dropped: over a limit, the queue full or the publisher gone.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Whether kube-apiserver's client certificate is verified (`--client-ca-file`): only then
+    /// is the user a review names known to be the one kube-apiserver authenticated.
+    pub fn sender_verified(&self) -> bool {
+        self.sender_verified
     }
 }
 
@@ -366,8 +489,28 @@ impl Publisher {
 }
 
 /// Starts the publisher. `instance` is the pod name (several replicas publish); without it,
-/// `quorumguard`.
-pub fn spawn(client: Client, instance: Option<String>, capacity: usize) -> EventSink {
+/// `quorumguard`. Dropped notices are counted in `metrics` as
+/// `quorumguard_events_dropped_total{reason}`; `sender_verified` says whether reviews come
+/// only from a client that presented kube-apiserver's certificate.
+pub fn spawn(
+    client: Client,
+    instance: Option<String>,
+    capacity: usize,
+    metrics: &Metrics,
+    sender_verified: bool,
+) -> EventSink {
+    let dropped_by = Family::<DropLabels, Counter>::default();
+    metrics.with_registry(|r| {
+        r.register(
+            "events_dropped",
+            "Events not written, by reason: requester_limit (over 30 a minute from one \
+             requester), object_limit (over 6 a minute about one object), queue_full",
+            dropped_by.clone(),
+        )
+    });
+    for reason in ["requester_limit", "object_limit", "queue_full"] {
+        let _ = dropped_by.get_or_create(&DropLabels { reason });
+    }
     let (tx, mut rx) = mpsc::channel::<Notice>(capacity);
     let instance = instance
         .filter(|i| !i.is_empty())
@@ -385,6 +528,9 @@ pub fn spawn(client: Client, instance: Option<String>, capacity: usize) -> Event
     EventSink {
         tx,
         dropped: Arc::new(AtomicU64::new(0)),
+        dropped_by,
+        limits: Arc::new(Mutex::new(Limits::new())),
+        sender_verified,
     }
 }
 
@@ -403,7 +549,88 @@ mod tests {
             reason: "WouldLoseQuorum".into(),
             action: "Delete".into(),
             note: note.into(),
+            requester: "jane".into(),
         }
+    }
+
+    /// Notices from `requester` about Machine `name`, admitted at `now`: how many of `n` pass.
+    fn admitted(limits: &mut Limits, requester: &str, name: &str, n: usize, now: Instant) -> usize {
+        (0..n)
+            .filter(|_| {
+                let mut notice = notice(name, "denied");
+                notice.requester = requester.into();
+                limits.admit(&notice, now).is_ok()
+            })
+            .count()
+    }
+
+    #[test]
+    fn events_are_limited_per_requester_and_per_object() {
+        let t = Instant::now();
+        let mut limits = Limits::new();
+        // One object: its burst, then nothing until a token comes back.
+        assert_eq!(admitted(&mut limits, "jane", "m", 100, t), 10);
+        assert_eq!(limits.admit(&notice("m", "x"), t), Err("object_limit"));
+        assert_eq!(
+            admitted(&mut limits, "jane", "m", 100, t + PER_OBJECT_EVERY),
+            1
+        );
+        // One requester across many objects: its burst, less the 11 spent on `m`, plus what
+        // came back in the meantime.
+        let spread = (0..100)
+            .filter(|i| {
+                let mut n = notice(&format!("o{i}"), "x");
+                n.requester = "jane".into();
+                limits.admit(&n, t + PER_OBJECT_EVERY).is_ok()
+            })
+            .count();
+        let refilled = (PER_OBJECT_EVERY.as_secs() / PER_REQUESTER_EVERY.as_secs()) as u32;
+        assert_eq!(spread as u32, PER_REQUESTER_BURST - 11 + refilled);
+        let mut n = notice("other", "x");
+        n.requester = "jane".into();
+        assert_eq!(
+            limits.admit(&n, t + PER_OBJECT_EVERY),
+            Err("requester_limit")
+        );
+        // Another requester is not held back by jane's limit, only by the object's.
+        assert_eq!(
+            admitted(&mut limits, "bob", "fresh", 3, t + PER_OBJECT_EVERY),
+            3
+        );
+        // A flood of made-up requesters on one object: the object's limit holds.
+        let mut limits = Limits::new();
+        let forged = (0..10_000)
+            .filter(|i| {
+                let mut n = notice("m", "x");
+                n.requester = format!("user-{i}");
+                limits.admit(&n, t).is_ok()
+            })
+            .count();
+        assert_eq!(forged as u32, PER_OBJECT_BURST);
+    }
+
+    #[test]
+    fn the_limiter_remembers_a_bounded_number_of_keys() {
+        let t = Instant::now();
+        let mut limits = Limits::new();
+        // Made-up requesters about made-up objects: each new, each admitted while there is
+        // room; then only those whose limits are back to full are forgotten to make room.
+        let passed = (0..2 * LIMITER_ENTRIES)
+            .filter(|i| {
+                let mut n = notice(&format!("o{i}"), "x");
+                n.requester = format!("user-{i}");
+                limits.admit(&n, t).is_ok()
+            })
+            .count();
+        assert_eq!(passed, LIMITER_ENTRIES);
+        assert!(limits.requesters.tokens.len() <= LIMITER_ENTRIES);
+        assert!(limits.objects.tokens.len() <= LIMITER_ENTRIES);
+        // Once their tokens are back, the old keys make room for new ones.
+        let later = t + PER_OBJECT_EVERY * PER_OBJECT_BURST;
+        let mut n = notice("new-object", "x");
+        n.requester = "new-user".into();
+        assert_eq!(limits.admit(&n, later), Ok(()));
+        assert!(limits.objects.tokens.len() <= LIMITER_ENTRIES);
     }
 
     fn key(name: &str, note: &str) -> Key {

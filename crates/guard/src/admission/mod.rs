@@ -325,20 +325,24 @@ impl Webhook {
             Subject::Unhandled(_) => return,
         };
         // The requester comes first: a note is cut at 1 kB, and a break-glass reason (the
-        // annotation's value, in the message) may be long.
+        // annotation's value, in the message) may be long. Unless kube-apiserver's client
+        // certificate is verified, anyone could have sent the review: the note says the user is
+        // the one the review names, not one kube-apiserver vouched for.
+        let user = &d.requester.username;
+        let by = if sink.sender_verified() {
+            format!("by {user}")
+        } else {
+            format!("(review names user {user}; its sender is not authenticated)")
+        };
         let note = if v.reason == Reason::BreakGlass {
             format!(
-                "allowed {} by {}: {}; {}",
+                "allowed {} {by}: {}; {}",
                 d.operation,
-                d.requester.username,
                 v.message,
                 v.warnings.join("; ")
             )
         } else {
-            format!(
-                "denied {} by {}: {}",
-                d.operation, d.requester.username, v.message
-            )
+            format!("denied {} {by}: {}", d.operation, v.message)
         };
         sink.send(Notice {
             kind: kind.into(),
@@ -354,6 +358,7 @@ impl Webhook {
                 "Update".into()
             },
             note,
+            requester: user.clone(),
         });
     }
 }

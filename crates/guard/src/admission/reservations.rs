@@ -9,7 +9,7 @@
 //! count the fifth member that is about to join (it votes before it is healthy), or with one
 //! member down both pass and the join leaves 2 healthy of 4 voting members.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::engine::{ControlPlane, Machine};
@@ -64,6 +64,21 @@ impl Reservations {
                 Some(true) => false,
                 Some(false) => true,
                 None => !r.seen_in_cache,
+            }
+        });
+        // A Machine the cache does not hold (not there yet, or named only in a forged review)
+        // matters only through its etcd member: keep it when that member exists and no cached
+        // Machine, nor an earlier such reservation, owns it. So a control plane holds at most
+        // one reservation per cached Machine plus one per member no Machine owns, however many
+        // reviews name Machines that do not exist.
+        let mut claimed = HashSet::new();
+        list.retain(|r| {
+            if cp.machine(&r.machine.name).is_some() {
+                return true;
+            }
+            match cp.member_of(&r.machine) {
+                Some(member) => cp.machine_of(member).is_none() && claimed.insert(member.id),
+                None => false,
             }
         });
         for r in list.iter() {

@@ -19,6 +19,7 @@ use crate::server::StatusConfig;
 use crate::server::{self, ServeConfig};
 use crate::status::publish::PublishConfig;
 use crate::telemetry::{self, LogFormat};
+use crate::tls::ClientAuth;
 
 /// What to do when etcd health cannot prove an operation safe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -63,6 +64,23 @@ pub struct ServeArgs {
     /// How often to look for a new certificate (kubelet swaps Secret volumes atomically).
     #[arg(long, env = "QUORUMGUARD_TLS_RELOAD_INTERVAL", default_value = "5s", value_parser = super::duration)]
     pub tls_reload_interval: Duration,
+    /// Require a client certificate on the webhook port, verified against the CA certificate(s)
+    /// in this PEM file (kube-apiserver's, presented through its AdmissionConfiguration
+    /// kubeConfigFile). A connection without one, or with one from another CA, expired or naming
+    /// no --client-name, gets no answer. Reloaded like the serving certificate. Needs
+    /// --client-name. Default: any client may connect.
+    #[arg(long, env = "QUORUMGUARD_CLIENT_CA_FILE", requires = "client_names")]
+    pub client_ca_file: Option<PathBuf>,
+    /// A client certificate's subject common name (or DNS subject alternative name) that may
+    /// send reviews, matched exactly; repeat for more (environment: comma-separated). Only with
+    /// --client-ca-file.
+    #[arg(
+        long = "client-name",
+        env = "QUORUMGUARD_CLIENT_NAMES",
+        value_delimiter = ',',
+        requires = "client_ca_file"
+    )]
+    pub client_names: Vec<String>,
     /// Log format.
     #[arg(
         long,
@@ -207,6 +225,10 @@ impl ServeArgs {
             tls_cert: self.tls_cert_file.clone(),
             tls_key: self.tls_key_file.clone(),
             tls_reload_interval: self.tls_reload_interval,
+            client_auth: self.client_ca_file.clone().map(|ca_file| ClientAuth {
+                ca_file,
+                names: self.client_names.clone(),
+            }),
             policy: Policy {
                 controllers: self.controllers.clone(),
                 teardown: self.teardown.clone(),
@@ -269,6 +291,15 @@ impl ServeArgs {
             anyhow::bail!(
                 "--fresh-probe-timeout {} is out of range: it must be between 100ms (time for a probe of three members) and 4s (the webhook's timeoutSeconds is 5, and kube-apiserver refuses the request when the webhook does not answer in time)",
                 humantime::format_duration(fresh)
+            );
+        }
+        if let Some(empty) = self
+            .client_names
+            .iter()
+            .find(|n| n.trim().is_empty() || n.trim() != n.as_str())
+        {
+            anyhow::bail!(
+                "--client-name {empty:?}: a client name is matched byte for byte against the certificate's common name or DNS names; give it without blanks or surrounding spaces"
             );
         }
         if !self.no_leader_election && !ordered {

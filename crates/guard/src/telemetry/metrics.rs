@@ -62,7 +62,9 @@ fn duration_histogram() -> Histogram {
 /// - `certificate_reloads_total{result="success"|"error"}` counter (both present from the start);
 /// - `serving_certificate_not_before_timestamp_seconds` / `..._not_after_...` gauges — the
 ///   validity of the certificate served now, for alerts long before kube-apiserver refuses it;
-/// - `cache_synced{resource}` gauge, 1 once that resource's watch cache has synced, else 0.
+/// - `cache_synced{resource}` gauge, 1 once that resource's watch cache has synced, else 0;
+/// - `client_certificate_refusals_total` counter — handshakes refused for their client
+///   certificate (with `--client-ca-file`).
 ///
 /// More families (the status enricher's probe metrics, for example) are added through
 /// [`Metrics::registry_mut`] while building, or [`Metrics::with_registry`] once shared; both hand
@@ -79,6 +81,7 @@ pub struct Metrics {
     cert_not_before: Gauge,
     cert_not_after: Gauge,
     cache_synced: Family<ResourceLabels, Gauge>,
+    client_cert_refusals: Counter,
     pub(super) ready: Gauge,
 }
 
@@ -146,6 +149,13 @@ impl Metrics {
             "1 when the watch cache of this resource has synced, 0 otherwise",
             cache_synced.clone(),
         );
+        let client_cert_refusals = Counter::default();
+        registry.register(
+            "client_certificate_refusals",
+            "TLS handshakes on the webhook port refused for their client certificate (none, \
+             another CA, expired, a name not allowed); only with --client-ca-file",
+            client_cert_refusals.clone(),
+        );
         let ready = Gauge::default();
         registry.register(
             "ready",
@@ -163,6 +173,7 @@ impl Metrics {
             cert_not_before,
             cert_not_after,
             cache_synced,
+            client_cert_refusals,
         }
     }
 
@@ -208,6 +219,11 @@ impl Metrics {
         self.cert_reloads
             .get_or_create(&ReloadLabels { result })
             .inc();
+    }
+
+    /// Counts one handshake refused for its client certificate.
+    pub fn client_certificate_refused(&self) {
+        self.client_cert_refusals.inc();
     }
 
     /// Records the validity of the serving certificate now in use (Unix seconds).

@@ -12,6 +12,7 @@ use rustls::{
     version::{TLS12, TLS13},
 };
 
+use super::client_auth::{self, ClientAuth};
 use super::{ALPN_PROTOCOLS, TlsError};
 
 /// Builds the server configuration from PEM contents: TLS 1.3 and 1.2 only, the `ring` provider,
@@ -30,15 +31,19 @@ pub fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<ServerConfig, Tl
         key_pem,
         Path::new("<certificate PEM>"),
         Path::new("<key PEM>"),
+        None,
     )
 }
 
-/// [`server_config`] with the names errors should use for the two inputs.
+/// [`server_config`] with the names errors should use for the two inputs, and, when `client` is
+/// given (the CA file's contents and what it is for), a client certificate required and verified
+/// in every handshake.
 pub(super) fn build(
     cert_pem: &[u8],
     key_pem: &[u8],
     cert_path: &Path,
     key_path: &Path,
+    client: Option<(&[u8], &ClientAuth)>,
 ) -> Result<ServerConfig, TlsError> {
     let chain = parse_chain(cert_pem, cert_path)?;
     let key = parse_key(key_pem, key_path)?;
@@ -68,11 +73,16 @@ pub(super) fn build(
             });
         }
     }
-    let mut config = ServerConfig::builder_with_provider(provider)
+    let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&TLS13, &TLS12])
-        .map_err(TlsError::Config)?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(SingleCertAndKey::from(certified)));
+        .map_err(TlsError::Config)?;
+    let builder = match client {
+        Some((ca_pem, auth)) => {
+            builder.with_client_cert_verifier(client_auth::verifier(ca_pem, auth, provider)?)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(SingleCertAndKey::from(certified)));
     config.alpn_protocols = ALPN_PROTOCOLS.iter().map(|p| p.to_vec()).collect();
     Ok(config)
 }
@@ -271,6 +281,7 @@ TKQFWyC+WGC61SFZ8db2GfCimRVbI2S4QgfOp4WfJbDqIMxA9DR972RP
             other_key.as_bytes(),
             Path::new("/certs/tls.crt"),
             Path::new("/certs/tls.key"),
+            None,
         )
         .unwrap_err();
         assert!(matches!(err, TlsError::KeyMismatch { .. }), "{err}");
@@ -287,7 +298,7 @@ TKQFWyC+WGC61SFZ8db2GfCimRVbI2S4QgfOp4WfJbDqIMxA9DR972RP
         let (cert, key) = generated();
         let (crt, tls_key) = (Path::new("/s/tls.crt"), Path::new("/s/tls.key"));
 
-        let err = build(b"", key.as_bytes(), crt, tls_key).unwrap_err();
+        let err = build(b"", key.as_bytes(), crt, tls_key, None).unwrap_err();
         assert!(matches!(err, TlsError::NoCertificate { .. }), "{err}");
         assert!(
             err.to_string().starts_with("/s/tls.crt: no certificate"),
@@ -296,11 +307,11 @@ TKQFWyC+WGC61SFZ8db2GfCimRVbI2S4QgfOp4WfJbDqIMxA9DR972RP
         assert!(err.to_string().contains("empty"), "{err}");
 
         // The two files swapped.
-        let err = build(key.as_bytes(), cert.as_bytes(), crt, tls_key).unwrap_err();
+        let err = build(key.as_bytes(), cert.as_bytes(), crt, tls_key, None).unwrap_err();
         assert!(matches!(err, TlsError::NoCertificate { .. }), "{err}");
         assert!(err.to_string().contains("swapped"), "{err}");
 
-        let err = build(cert.as_bytes(), cert.as_bytes(), crt, tls_key).unwrap_err();
+        let err = build(cert.as_bytes(), cert.as_bytes(), crt, tls_key, None).unwrap_err();
         assert!(matches!(err, TlsError::NoKey { .. }), "{err}");
         assert!(
             err.to_string().starts_with("/s/tls.key: no private key"),

@@ -7,30 +7,39 @@ use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
 
+use super::client_auth::ClientAuth;
 use super::config::build;
 use super::{MIN_RELOAD_INTERVAL, TlsError};
 
-/// Reads the certificate and key files and builds the configuration the HTTPS listener serves
-/// (see [`server_config`]); hand the result to [`spawn_reloader`] to keep it current.
+/// Reads the certificate and key files (and, with `client`, the client CA file) and builds the
+/// configuration the HTTPS listener serves (see [`server_config`]); hand the result to
+/// [`spawn_reloader`] to keep it current.
 ///
 /// Like the reloader, it reads the pair as one version of the volume: should a Secret update
 /// land mid-read, it reads again (up to three times).
 ///
 /// [`server_config`]: super::server_config
-pub async fn load(cert: &Path, key: &Path) -> Result<RustlsConfig, TlsError> {
-    let mut read = read_pair(cert, key).await?;
+pub async fn load(
+    cert: &Path,
+    key: &Path,
+    client: Option<&ClientAuth>,
+) -> Result<RustlsConfig, TlsError> {
+    let ca = client.map(|c| c.ca_file.as_path());
+    let mut read = read_pair(cert, key, ca).await?;
     for _ in 0..2 {
         if read.consistent {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-        read = read_pair(cert, key).await?;
+        read = read_pair(cert, key, ca).await?;
     }
-    let config = build(&read.snapshot.cert, &read.snapshot.key, cert, key)?;
+    let config = read.snapshot.build(cert, key, client)?;
     Ok(RustlsConfig::from_config(Arc::new(config)))
 }
 
-/// Keeps `config` serving the current contents of `cert` and `key`, polling them every
+/// Keeps `config` serving the current contents of `cert` and `key` (and, with `client`, of the
+/// client CA file: a renewed CA is trusted, and a bad one never replaces a good one, like the
+/// pair), polling them every
 /// `interval` ([`DEFAULT_RELOAD_INTERVAL`] in the server; never less than
 /// [`MIN_RELOAD_INTERVAL`]).
 ///
@@ -62,6 +71,7 @@ pub fn spawn_reloader(
     config: RustlsConfig,
     cert: PathBuf,
     key: PathBuf,
+    client: Option<ClientAuth>,
     interval: Duration,
     on_reload: impl Fn(Result<(), TlsError>) + Send + Sync + 'static,
 ) -> tokio::task::JoinHandle<()> {
@@ -70,6 +80,7 @@ pub fn spawn_reloader(
         config,
         cert,
         key,
+        client,
         applied: None,
         read_failed: false,
         read_error: None,
@@ -93,6 +104,22 @@ pub fn spawn_reloader(
 pub(super) struct Snapshot {
     pub(super) cert: Vec<u8>,
     pub(super) key: Vec<u8>,
+    /// The client CA file's contents, when client certificates are verified.
+    pub(super) ca: Option<Vec<u8>>,
+}
+
+impl Snapshot {
+    /// The server configuration of these contents ([`build`]), verifying clients as `client`
+    /// says with this snapshot's CA; `cert` and `key` name the files in errors.
+    fn build(
+        &self,
+        cert: &Path,
+        key: &Path,
+        client: Option<&ClientAuth>,
+    ) -> Result<rustls::ServerConfig, TlsError> {
+        let client = self.ca.as_deref().zip(client);
+        build(&self.cert, &self.key, cert, key, client)
+    }
 }
 
 /// The reloader's memory between polls.
@@ -100,6 +127,7 @@ struct Reloader {
     config: RustlsConfig,
     cert: PathBuf,
     key: PathBuf,
+    client: Option<ClientAuth>,
     /// The contents last tried (served if they were good; reported if they were not).
     applied: Option<Snapshot>,
     /// The previous poll could not read the files (one failure is not reported: it may be a swap).
@@ -123,9 +151,18 @@ impl Reloader {
         if first != cert {
             return;
         }
-        if let Ok(config) = build(&cert, &key, &self.cert, &self.key) {
+        let ca = match &self.client {
+            Some(client) => match read(&client.ca_file) {
+                Some(ca) => Some(ca),
+                None => return,
+            },
+            None => None,
+        };
+        let snapshot = Snapshot { cert, key, ca };
+        let built = snapshot.build(&self.cert, &self.key, self.client.as_ref());
+        if let Ok(config) = built {
             self.config.reload_from_config(Arc::new(config));
-            self.applied = Some(Snapshot { cert, key });
+            self.applied = Some(snapshot);
             self.baseline = false;
         }
     }
@@ -133,7 +170,8 @@ impl Reloader {
     /// One poll: returns what to report, if anything.
     async fn poll(&mut self) -> Option<Result<(), TlsError>> {
         let baseline = std::mem::replace(&mut self.baseline, false);
-        let snapshot = match read_pair(&self.cert, &self.key).await {
+        let ca = self.client.as_ref().map(|c| c.ca_file.as_path());
+        let snapshot = match read_pair(&self.cert, &self.key, ca).await {
             Ok(read) if read.consistent => read.snapshot,
             // Mid-swap: the next poll sees the settled state.
             Ok(_) => return None,
@@ -158,7 +196,7 @@ impl Reloader {
         if self.applied.as_ref() == Some(&snapshot) {
             return None;
         }
-        let built = build(&snapshot.cert, &snapshot.key, &self.cert, &self.key);
+        let built = snapshot.build(&self.cert, &self.key, self.client.as_ref());
         self.applied = Some(snapshot);
         match built {
             Ok(config) => {
@@ -185,15 +223,23 @@ pub(super) struct PairRead {
     pub(super) consistent: bool,
 }
 
-/// Reads certificate, key, certificate again; the two certificate reads agree when no update
-/// landed in between (a kubelet update swaps both files at once).
-pub(super) async fn read_pair(cert: &Path, key: &Path) -> Result<PairRead, TlsError> {
+/// Reads certificate, key, the client CA (if any), certificate again; the two certificate reads
+/// agree when no update landed in between (a kubelet update swaps both files at once).
+pub(super) async fn read_pair(
+    cert: &Path,
+    key: &Path,
+    ca: Option<&Path>,
+) -> Result<PairRead, TlsError> {
     let first = read(cert).await?;
     let key = read(key).await?;
+    let ca = match ca {
+        Some(path) => Some(read(path).await?),
+        None => None,
+    };
     let cert = read(cert).await?;
     Ok(PairRead {
         consistent: first == cert,
-        snapshot: Snapshot { cert, key },
+        snapshot: Snapshot { cert, key, ca },
     })
 }
 
@@ -238,11 +284,12 @@ mod tests {
         let (new_cert, new_key) = generated();
         std::fs::write(&cert, &old_cert).expect("write");
         std::fs::write(&key, &old_key).expect("write");
-        let config = load(&cert, &key).await.expect("load");
+        let config = load(&cert, &key, None).await.expect("load");
         let mut reloader = Reloader {
             config: config.clone(),
             cert: cert.clone(),
             key: key.clone(),
+            client: None,
             applied: None,
             read_failed: false,
             read_error: None,
@@ -302,7 +349,7 @@ mod tests {
     #[tokio::test]
     async fn load_names_a_missing_file() {
         let missing = Path::new("/nonexistent/quorumguard/tls.crt");
-        let err = load(missing, Path::new("/nonexistent/quorumguard/tls.key"))
+        let err = load(missing, Path::new("/nonexistent/quorumguard/tls.key"), None)
             .await
             .unwrap_err();
         assert!(matches!(err, TlsError::Read { .. }), "{err}");

@@ -128,7 +128,7 @@ pub fn spawn_validity_watch(
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            let Ok(read) = read_pair(&cert, &key).await else {
+            let Ok(read) = read_pair(&cert, &key, None).await else {
                 continue;
             };
             if !read.consistent {
@@ -138,7 +138,7 @@ pub fn spawn_validity_watch(
                 Some((snapshot, validity)) if *snapshot == read.snapshot => *validity,
                 _ => {
                     let snapshot = read.snapshot;
-                    if build(&snapshot.cert, &snapshot.key, &cert, &key).is_err() {
+                    if build(&snapshot.cert, &snapshot.key, &cert, &key, None).is_err() {
                         continue;
                     }
                     let Ok(validity) = Validity::of_pem(&snapshot.cert, &cert) else {

@@ -203,6 +203,7 @@ pub(super) fn serve_config(options: &WorldOptions, certs: &WebhookCerts) -> Serv
         tls_cert: certs.cert_file.clone(),
         tls_key: certs.key_file.clone(),
         tls_reload_interval: Duration::from_secs(60),
+        client_auth: None,
         policy: Policy::default(),
         reservation_ttl: Duration::from_secs(30),
         shutdown_delay: Duration::ZERO,
