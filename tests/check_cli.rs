@@ -423,10 +423,19 @@ fn multi_document_and_json_objects_are_read_like_a_list() {
 
 #[test]
 fn learner_does_not_vote_and_is_waited_for() {
+    // Three minutes after M4 was created: within --learner-grace (past it, a learner nobody
+    // promotes is stalled: see the field cases in crates/guard/src/cli/check/field_cases.rs).
     let run = check_with(
         "rollout.yaml",
         "learner",
-        &["--what-if", &delete(M4), "-o", "json"],
+        &[
+            "--what-if",
+            &delete(M4),
+            "-o",
+            "json",
+            "--now",
+            "2025-11-20T09:03:05Z",
+        ],
     );
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     let r = run.json();

@@ -293,7 +293,10 @@ async fn load(
     }
     let mut out = Vec::with_capacity(sent.len());
     for task in sent {
-        out.push(task.await.unwrap_or_else(|e| Err(format!("review task: {e}"))));
+        out.push(
+            task.await
+                .unwrap_or_else(|e| Err(format!("review task: {e}"))),
+        );
     }
     out
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use quorumguard::engine::Confirmation;
 use stateright::{Checker, HasDiscoveries, Model};
 
-use check::{ADVICE, Checked, NO_FALSE_ALARM, PROPERTIES, RECOVERS, SAFE};
+use check::{ADVICE, Checked, NO_FALSE_ALARM, NO_IDLE_WAIT, PROPERTIES, RECOVERS, SAFE};
 use steps::{Bounds, Bugs, Config};
 use world::Style;
 
@@ -44,6 +44,20 @@ fn ci() -> Bounds {
         cache_lag: 1,
         probe_lag: 1,
         election_probes: 2,
+        leftovers: 0,
+    }
+}
+
+/// Members left behind (a join that stops, a Machine that goes without its member) and what
+/// the next action makes of them: the CI bounds without member failures, probe failures and
+/// KCP crashes (the run above has those), one leftover.
+fn leftovers() -> Bounds {
+    Bounds {
+        failures: 0,
+        probe_failures: 0,
+        crashes: 0,
+        leftovers: 1,
+        ..ci()
     }
 }
 
@@ -143,6 +157,11 @@ fn the_guard_keeps_every_property_within_the_ci_bounds() {
     check_all("ci", config(ci(), Bugs::default()));
 }
 
+#[test]
+fn every_member_left_behind_is_led_out_within_the_ci_bounds() {
+    check_all("leftovers", config(leftovers(), Bugs::default()));
+}
+
 /// The larger run: 1, 3 or 5 members.
 fn big() -> Bounds {
     Bounds {
@@ -193,6 +212,7 @@ fn bounds_from_env() -> Bounds {
             "cache_lag" => b.cache_lag = usize::from(n()),
             "probe_lag" => b.probe_lag = n(),
             "election_probes" => b.election_probes = n(),
+            "leftovers" => b.leftovers = n(),
             _ => panic!("unknown bound {k}"),
         }
     }
@@ -243,6 +263,19 @@ fn planted_ignored_next_action_leaves_2651_stuck() {
     };
     let printed = find(RECOVERS, config(ci(), bugs));
     assert!(printed.contains("loses leader election"), "{printed}");
+}
+
+/// `WaitForJoin` without `--join-grace`'s end: a join that stopped is waited for for ever.
+#[test]
+fn planted_wait_without_grace_waits_for_nothing() {
+    let bugs = Bugs {
+        wait_without_grace: true,
+        ..Bugs::default()
+    };
+    // The counterexample ends on a join that will not complete (it stopped, or its member was
+    // removed) while every Machine still counts as young.
+    let printed = find(NO_IDLE_WAIT, config(leftovers(), bugs));
+    assert!(printed.contains("joining"), "{printed}");
 }
 
 /// The false-alarms rule off (`--etcd-election-timeout 0s`): a leader election is published

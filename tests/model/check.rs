@@ -21,8 +21,10 @@ pub const ADVICE: &str = "the published next action is one the guard allows";
 pub const NO_FALSE_ALARM: &str = "nothing published claims quorum lost while it holds";
 /// Liveness.
 pub const RECOVERS: &str = "every state can still converge once failures stop";
+/// No wait without an end.
+pub const NO_IDLE_WAIT: &str = "no Wait* next action is published where nothing will move";
 
-pub const PROPERTIES: [&str; 4] = [SAFE, ADVICE, NO_FALSE_ALARM, RECOVERS];
+pub const PROPERTIES: [&str; 5] = [SAFE, ADVICE, NO_FALSE_ALARM, RECOVERS, NO_IDLE_WAIT];
 
 /// Rounds the liveness continuation may take, and how many in a row may change nothing the
 /// actors read before it counts as stuck (a confirmation takes two probes).
@@ -33,6 +35,8 @@ pub struct Checked {
     pub cfg: Config,
     /// State hash -> whether the continuation from it converges.
     memo: Arc<Mutex<HashMap<u64, bool>>>,
+    /// State hash -> whether a published wait there ends.
+    waits: Arc<Mutex<HashMap<u64, bool>>>,
 }
 
 impl Checked {
@@ -40,7 +44,100 @@ impl Checked {
         Checked {
             cfg,
             memo: Arc::default(),
+            waits: Arc::default(),
         }
+    }
+
+    /// The policy the published next action is worked out with (the planted
+    /// `wait_without_grace` makes every Machine young for ever).
+    fn policy(&self) -> Policy {
+        let mut p = Policy::default();
+        if self.cfg.bugs.wait_without_grace {
+            p.join_grace = std::time::Duration::from_secs(u64::from(u32::MAX));
+        }
+        p
+    }
+
+    /// The next action code the enricher would publish on its view, under [`Checked::policy`].
+    fn published_code(&self, s: &State) -> ActionCode {
+        next_action(&s.enricher_view(), &self.policy(), NOW).code
+    }
+
+    /// No wait without an end: when the published next action is a `Wait*`, the others
+    /// (KCP, kubeadm, the Machine controller, the guard: every actor but the person) or the
+    /// time passing (once, beyond both grace periods) change it. A wait that nothing ends is
+    /// advice that leads nowhere.
+    pub fn wait_ends(&self, s: &State) -> bool {
+        if !is_wait(self.published_code(s)) {
+            return true;
+        }
+        self.continuation(
+            s,
+            &self.waits,
+            false,
+            |cur| !is_wait(self.published_code(cur)),
+            |_| false,
+        )
+    }
+
+    /// A continuation of the fair schedule from `s` (with or without the person following
+    /// the next action): true once `done`; when nothing moves, time passes once (beyond both
+    /// grace periods), then `stuck` answers. Deterministic, so every state it passes through
+    /// has the same answer: all are memoised in `memo`.
+    fn continuation(
+        &self,
+        s: &State,
+        memo: &Mutex<HashMap<u64, bool>>,
+        person: bool,
+        done: impl Fn(&State) -> bool,
+        stuck: impl Fn(&State) -> bool,
+    ) -> bool {
+        let key = fingerprint(s);
+        if let Some(v) = memo.lock().expect("memo").get(&key) {
+            return *v;
+        }
+        let mut keys = vec![key];
+        let mut cur = s.clone();
+        let mut idle = 0;
+        let mut waited = false;
+        let mut result = false;
+        for _ in 0..ROUNDS {
+            if done(&cur) {
+                result = true;
+                break;
+            }
+            let k = fingerprint(&cur);
+            if let Some(v) = memo.lock().expect("memo").get(&k) {
+                result = *v;
+                break;
+            }
+            keys.push(k);
+            let next = self.round_of(&cur, person);
+            idle = if moved(&cur, &next) { 0 } else { idle + 1 };
+            cur = next;
+            if idle >= IDLE_ROUNDS {
+                // Nothing moves: wait out the grace periods once, then give up.
+                match self
+                    .cfg
+                    .step(&cur, &Action::GraceExpires, false, &mut Say(None))
+                {
+                    Some(n) if !waited => {
+                        cur = n;
+                        waited = true;
+                        idle = 0;
+                    }
+                    _ => {
+                        result = stuck(&cur);
+                        break;
+                    }
+                }
+            }
+        }
+        let mut memo = memo.lock().expect("memo");
+        for k in keys {
+            memo.insert(k, result);
+        }
+        result
     }
 
     /// The next action the enricher would publish on its view.
@@ -125,56 +222,14 @@ impl Checked {
     /// person follows the published next action) converges. A state without quorum that
     /// cannot move is excused: only disaster recovery helps, which the model leaves out.
     pub fn recovers(&self, s: &State) -> bool {
-        let key = fingerprint(s);
-        if let Some(v) = self.memo.lock().expect("memo").get(&key) {
-            return *v;
-        }
-        let mut keys = vec![key];
-        let mut cur = s.clone();
-        let mut idle = 0;
-        let mut waited = false;
-        let mut result = false;
-        for _ in 0..ROUNDS {
-            if Checked::converged(&cur) {
-                result = true;
-                break;
-            }
-            let k = fingerprint(&cur);
-            if let Some(v) = self.memo.lock().expect("memo").get(&k) {
-                result = *v;
-                break;
-            }
-            keys.push(k);
-            let next = self.round(&cur);
-            idle = if moved(&cur, &next) { 0 } else { idle + 1 };
-            cur = next;
-            if idle >= IDLE_ROUNDS {
-                // Nothing moves: wait out --join-grace once, then give up.
-                match self
-                    .cfg
-                    .step(&cur, &Action::GraceExpires, false, &mut Say(None))
-                {
-                    Some(n) if !waited => {
-                        cur = n;
-                        waited = true;
-                        idle = 0;
-                    }
-                    _ => {
-                        result = !cur.has_quorum();
-                        break;
-                    }
-                }
-            }
-        }
-        let mut memo = self.memo.lock().expect("memo");
-        for k in keys {
-            memo.insert(k, result);
-        }
-        result
+        self.continuation(s, &self.memo, true, Checked::converged, |cur| {
+            !cur.has_quorum()
+        })
     }
 
-    /// One round of the fair schedule, every actor in turn.
-    pub fn round(&self, s: &State) -> State {
+    /// One round of the fair schedule, every actor in turn, with or without the person
+    /// following the next action.
+    fn round_of(&self, s: &State, person: bool) -> State {
         let mut cur = s.clone();
         let run = |cur: &mut State, a: Action| {
             if let Some(n) = self.cfg.step(cur, &a, false, &mut Say(None)) {
@@ -199,7 +254,7 @@ impl Checked {
         run(&mut cur, Action::Kcp);
         sync_all(self, &mut cur);
         run(&mut cur, Action::Probe);
-        if !self.cfg.bugs.ignore_next_action {
+        if person && !self.cfg.bugs.ignore_next_action {
             run(&mut cur, Action::Follow);
         }
         cur
@@ -252,6 +307,7 @@ impl Model for Checked {
             person: b.person,
             rollouts: b.rollouts,
             new_machines: b.new_machines,
+            leftovers: b.leftovers,
         };
         let mut out = Vec::new();
         for style in &b.styles {
@@ -276,6 +332,7 @@ impl Model for Checked {
             Property::always(ADVICE, |m, s| !matches!(m.advice(s), Some((_, _, false)))),
             Property::always(NO_FALSE_ALARM, |m, s| m.no_false_alarm(s)),
             Property::always(RECOVERS, |m, s| m.recovers(s)),
+            Property::always(NO_IDLE_WAIT, |m, s| m.wait_ends(s)),
         ]
     }
 }
@@ -309,6 +366,17 @@ fn moved(a: &State, b: &State) -> bool {
         )
     };
     key(a) != key(b)
+}
+
+fn is_wait(code: ActionCode) -> bool {
+    matches!(
+        code,
+        ActionCode::WaitForTeardown
+            | ActionCode::WaitForDeletion
+            | ActionCode::WaitForJoin
+            | ActionCode::WaitForLearner
+            | ActionCode::WaitForRollout
+    )
 }
 
 fn fingerprint(s: &State) -> u64 {
@@ -347,7 +415,11 @@ pub fn summary(s: &State) -> String {
                 w.push_str(" old");
             }
             if !m.node {
-                w.push_str(" joining");
+                w.push_str(if m.stalled {
+                    " join-stopped"
+                } else {
+                    " joining"
+                });
             }
             if m.remediate {
                 w.push_str(" remediate");

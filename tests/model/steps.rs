@@ -35,6 +35,10 @@ pub struct Bounds {
     pub probe_lag: u8,
     /// Probes a leader election may last (each probe is one election timeout after the last).
     pub election_probes: u8,
+    /// Members left behind the way kubeadm and KCP leave them: a join that stops (before
+    /// `member add`, after it before the member starts, or before its promotion), or a
+    /// Machine that goes without its member being removed (older KCP).
+    pub leftovers: u8,
 }
 
 /// Planted bugs: each makes the guard (or a person) wrong in one known way, to show that the
@@ -58,6 +62,9 @@ pub struct Bugs {
     /// Not the guard's: KCP scales up without its health preflight, as the guard's rules
     /// assume a controller may (a join in any order with the admitted deletions).
     pub kcp_skips_preflight: bool,
+    /// The published next action waits for a join without `--join-grace`'s end: every
+    /// Machine counts as young for ever.
+    pub wait_without_grace: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -97,6 +104,15 @@ pub enum Action {
     Rollout,
     /// A person does what the published next action says.
     Follow,
+    /// The `kubeadm join` of Machine `m{slot}` stops for good where it is (no member yet, a
+    /// voting member not started, a learner not promoted).
+    JoinStops(u8),
+    /// The `kubeadm join` of Machine `m{slot}` adds its member, then stops before the member
+    /// starts (current KCP: an unstarted learner, cluster-api #13221).
+    JoinStopsAfterAdd(u8),
+    /// Older KCP: Machine `m{slot}`, being deleted, goes without its member being removed; the
+    /// member's process went with its machine.
+    MachineGoesMemberStays(u8),
 }
 
 /// The words of a step, written only when asked for (printing a counterexample).
@@ -119,11 +135,20 @@ impl Config {
             out.push(Action::KcpCrash);
         }
         for m in &s.machines {
-            if !m.node && !m.deleting {
+            if !m.node && !m.deleting && !m.stalled {
                 out.push(Action::Join(m.slot));
+                if s.left.leftovers > 0 {
+                    out.push(Action::JoinStops(m.slot));
+                    if s.member(m.slot).is_none() {
+                        out.push(Action::JoinStopsAfterAdd(m.slot));
+                    }
+                }
             }
             if m.deleting {
                 out.push(Action::FinishDeletion(m.slot));
+                if s.left.leftovers > 0 && s.member(m.slot).is_some() {
+                    out.push(Action::MachineGoesMemberStays(m.slot));
+                }
             }
         }
         for m in &s.members {
@@ -188,7 +213,7 @@ impl Config {
                 // SingleMemberScaleUp: a single member can only grow this way, and the guard
                 // says so in a warning. Otherwise a voting member joins only Machines KCP made
                 // with every member healthy: a member down now failed since.
-                Action::Join(_) => {
+                Action::Join(_) | Action::JoinStopsAfterAdd(_) => {
                     let removed = usize::from(s.removed_since_failure);
                     let failed = s.members.iter().any(|m| m.started && !m.up);
                     s.voting() == 1
@@ -198,6 +223,8 @@ impl Config {
                 // names: no webhook sees it, and the advice rests on the record, which may not
                 // show a member that failed since.
                 Action::Follow => s.unseen_failure(),
+                // Its member's process goes with the machine: a failure, not an admission.
+                Action::MachineGoesMemberStays(_) => true,
                 _ => false,
             };
             if !excused {
@@ -260,6 +287,8 @@ impl Config {
                 say.line(|| format!("etcd member {} fails", name(*slot)));
             }
             Action::Recover(slot) => {
+                // A member whose machine is gone does not come back.
+                n.machine(*slot)?;
                 let m = n.member_mut(*slot).filter(|m| m.started && !m.up)?;
                 m.up = true;
                 say.line(|| format!("etcd member {} comes back", name(*slot)));
@@ -291,7 +320,9 @@ impl Config {
                 {
                     m.young = false;
                 }
-                say.line(|| "10 minutes pass: no Machine is within --join-grace".into());
+                say.line(|| {
+                    "time passes: no Machine is within --join-grace or --learner-grace".into()
+                });
             }
             Action::SyncMachine(slot) => {
                 let now = s.machine(*slot).copied();
@@ -328,7 +359,57 @@ impl Config {
                 say.line(|| format!("a person sets the KCP's version to v1.{}", s.version + 1));
                 self.update(&mut n, s.replicas, true, explore, say)?;
             }
-            Action::Follow => self.follow(&mut n, explore, say)?,
+            Action::Follow => self
+                .follow(&mut n, explore, say)
+                .or_else(|| follow_etcdctl(&mut n, say))?,
+            Action::JoinStops(slot) => {
+                n.left.leftovers = n.left.leftovers.checked_sub(1)?;
+                let m = n
+                    .machine_mut(*slot)
+                    .filter(|m| !m.node && !m.deleting && !m.stalled)?;
+                m.stalled = true;
+                say.line(|| format!("the join of Machine {} stops for good", name(*slot)));
+            }
+            Action::JoinStopsAfterAdd(slot) => {
+                n.left.leftovers = n.left.leftovers.checked_sub(1)?;
+                n.machine(*slot)
+                    .filter(|m| !m.node && !m.deleting && !m.stalled)?;
+                if n.member(*slot).is_some() || !n.has_quorum() {
+                    return None;
+                }
+                let learner = n.style == Style::Current;
+                n.members.push(Mem {
+                    slot: *slot,
+                    learner,
+                    started: false,
+                    up: true,
+                });
+                n.members.sort_by_key(|m| m.slot);
+                let m = n.machine_mut(*slot)?;
+                m.stalled = true;
+                m.member_added = true;
+                say.line(|| {
+                    format!(
+                        "the node of {} adds its etcd member{}, then its join stops for good: the member never starts",
+                        name(*slot),
+                        if learner { " as a learner" } else { " (voting)" }
+                    )
+                });
+            }
+            Action::MachineGoesMemberStays(slot) => {
+                n.left.leftovers = n.left.leftovers.checked_sub(1)?;
+                n.machine(*slot).filter(|m| m.deleting)?;
+                n.machines.retain(|m| m.slot != *slot);
+                if let Some(m) = n.member_mut(*slot) {
+                    m.up = !m.started && m.up;
+                }
+                say.line(|| {
+                    format!(
+                        "older KCP: Machine {} is deleted, its etcd member is not removed",
+                        name(*slot)
+                    )
+                });
+            }
         }
         settle_leader(&mut n);
         Some(n)
@@ -403,6 +484,8 @@ impl Config {
                 version: n.version,
                 node: false,
                 young: true,
+                stalled: false,
+                member_added: false,
                 deleting: false,
                 remediate: false,
             });
@@ -442,16 +525,20 @@ impl Config {
 /// counts before it has started), then starts. Current: added as a learner, then promoted.
 /// Adding and promoting need quorum. The Machine gets its node when the member has joined.
 fn join(n: &mut State, slot: u8, say: &mut Say) -> Option<()> {
-    n.machine(slot).filter(|m| !m.node && !m.deleting)?;
+    n.machine(slot)
+        .filter(|m| !m.node && !m.deleting && !m.stalled)?;
     // A watch delivers a new Machine in milliseconds, a node takes minutes to boot and join:
     // the guard's cache has the Machine before its member appears.
     n.cached(slot)?;
     let learner = n.style == Style::Current;
     match n.member(slot).copied() {
+        // Its member was added and removed since: kubeadm does not add another.
+        None if n.machine(slot)?.member_added => return None,
         None => {
             if !n.has_quorum() {
                 return None;
             }
+            n.machine_mut(slot)?.member_added = true;
             n.members.push(Mem {
                 slot,
                 learner,
@@ -501,10 +588,11 @@ fn join(n: &mut State, slot: u8, say: &mut Say) -> Option<()> {
 }
 
 /// The Machine controller finishes a deletion: KCP's pre-terminate hook removes the member
-/// (which needs quorum), the machine is gone, and so is the Machine.
+/// (which needs quorum), the machine is gone, and so is the Machine. The hook finds the member
+/// by its name: one that never started has none and stays behind (cluster-api #13221).
 fn finish_deletion(n: &mut State, slot: u8, say: &mut Say) -> Option<()> {
     n.machine(slot).filter(|m| m.deleting)?;
-    let member = n.member(slot).is_some();
+    let member = n.member(slot).is_some_and(|m| m.started);
     if member {
         if !n.has_quorum() {
             return None;
@@ -539,4 +627,32 @@ fn settle_leader(n: &mut State) {
         n.leader = None;
         n.election_probes = 0;
     }
+}
+
+/// A person carries out a published next action that is an etcdctl command the guard's own
+/// follower (guard.rs) does not: `etcdctl member promote ID`. etcd promotes only a learner that
+/// runs (and has caught up), with quorum. The Machine's node registered before its etcd join
+/// (kubeadm's order), so it has its node once the member votes.
+fn follow_etcdctl(n: &mut State, say: &mut Say) -> Option<()> {
+    let action = quorumguard::engine::next_action(
+        &n.enricher_view(),
+        &quorumguard::engine::Policy::default(),
+        NOW,
+    );
+    if action.code != quorumguard::engine::ActionCode::PromoteLearner {
+        return None;
+    }
+    let target = action.target?;
+    let id = u64::from_str_radix(&target, 16).ok()?;
+    let slot = u8::try_from(id.checked_sub(1)?).ok()?;
+    n.member(slot).filter(|m| m.learner && m.started && m.up)?;
+    if !n.has_quorum() {
+        return None;
+    }
+    n.member_mut(slot)?.learner = false;
+    if let Some(m) = n.machine_mut(slot) {
+        m.node = true;
+    }
+    say.line(|| format!("a person follows the next action: etcdctl member promote {target}"));
+    Some(())
 }

@@ -37,8 +37,14 @@ pub struct Mach {
     pub version: u8,
     /// `status.nodeRef` is set (once its member has joined).
     pub node: bool,
-    /// Created within `--join-grace`.
+    /// Created within `--join-grace` (and so within `--learner-grace`, which is longer).
     pub young: bool,
+    /// Its `kubeadm join` stopped for good (cluster-api #13221, #13667): wherever it was, no
+    /// member is added, started or promoted for it any more.
+    pub stalled: bool,
+    /// Its join has added its member: kubeadm adds it once, and a join whose member was
+    /// removed does not add another (it fails waiting for it).
+    pub member_added: bool,
     pub deleting: bool,
     /// Annotated `cluster.x-k8s.io/remediate-machine`.
     pub remediate: bool,
@@ -90,6 +96,8 @@ pub struct Left {
     pub person: u8,
     pub rollouts: u8,
     pub new_machines: u8,
+    /// Members left behind: a join that stops, or a Machine that goes without its member.
+    pub leftovers: u8,
 }
 
 /// One state of the whole system.
@@ -157,6 +165,8 @@ impl State {
                 version: 0,
                 node: true,
                 young: false,
+                stalled: false,
+                member_added: true,
                 deleting: false,
                 remediate: false,
             })

@@ -407,6 +407,10 @@ pub struct Policy {
     pub max_health_age: Duration,
     /// How long a new Machine may have a node but no etcd member before it counts as broken.
     pub join_grace: Duration,
+    /// How long after its Machine was created a learner may stay a learner (catching up, then
+    /// promoted by kubeadm) before it counts as stalled: then it is promoted by hand or its
+    /// Machine is replaced.
+    pub learner_grace: Duration,
 }
 
 impl Default for Policy {
@@ -418,6 +422,7 @@ impl Default for Policy {
             unknown_health_controllers: OnUnknownHealth::Allow,
             max_health_age: Duration::from_secs(60),
             join_grace: Duration::from_secs(600),
+            learner_grace: Duration::from_secs(900),
         }
     }
 }

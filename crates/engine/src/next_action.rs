@@ -20,6 +20,9 @@ pub enum ActionCode {
     CheckEtcdHealth,
     /// Quorum is lost: only disaster recovery helps.
     RestoreQuorum,
+    /// A NOSPACE alarm: the database reached its quota and the cluster refuses writes. A new
+    /// member would receive the same data: compact, defragment, then disarm the alarm.
+    FreeSpace,
     /// A Machine whose member is already gone (cluster-api #2651): delete the Machine.
     DeleteMachine,
     /// A Machine is being deleted: wait for KCP to finish it.
@@ -28,6 +31,9 @@ pub enum ActionCode {
     WaitForJoin,
     /// A learner is catching up: wait for its promotion.
     WaitForLearner,
+    /// A learner past `--learner-grace`, healthy and caught up, that nobody promoted (the join
+    /// was interrupted after `member add`): promote it with etcdctl.
+    PromoteLearner,
     /// A member with no Machine: remove it from etcd.
     RemoveOrphanMember,
     /// A Machine whose member is unhealthy (or missing): let KCP replace it.
@@ -39,15 +45,17 @@ pub enum ActionCode {
 impl ActionCode {
     /// Every code, for documentation and exhaustive tests (the status tests check it is
     /// complete).
-    pub const ALL: [ActionCode; 11] = [
+    pub const ALL: [ActionCode; 13] = [
         ActionCode::None,
         ActionCode::WaitForTeardown,
         ActionCode::CheckEtcdHealth,
         ActionCode::RestoreQuorum,
+        ActionCode::FreeSpace,
         ActionCode::DeleteMachine,
         ActionCode::WaitForDeletion,
         ActionCode::WaitForJoin,
         ActionCode::WaitForLearner,
+        ActionCode::PromoteLearner,
         ActionCode::RemoveOrphanMember,
         ActionCode::RemediateMachine,
         ActionCode::WaitForRollout,
@@ -59,10 +67,12 @@ impl ActionCode {
             ActionCode::WaitForTeardown => "WaitForTeardown",
             ActionCode::CheckEtcdHealth => "CheckEtcdHealth",
             ActionCode::RestoreQuorum => "RestoreQuorum",
+            ActionCode::FreeSpace => "FreeSpace",
             ActionCode::DeleteMachine => "DeleteMachine",
             ActionCode::WaitForDeletion => "WaitForDeletion",
             ActionCode::WaitForJoin => "WaitForJoin",
             ActionCode::WaitForLearner => "WaitForLearner",
+            ActionCode::PromoteLearner => "PromoteLearner",
             ActionCode::RemoveOrphanMember => "RemoveOrphanMember",
             ActionCode::RemediateMachine => "RemediateMachine",
             ActionCode::WaitForRollout => "WaitForRollout",
@@ -139,6 +149,8 @@ fn allowed(cp: &ControlPlane, m: &Machine, r: &Requester, policy: &Policy, now_u
 enum Problem<'a> {
     NoMember,
     Unhealthy(Unfit<'a>),
+    /// A learner past `--learner-grace` that has not caught up with the leader.
+    StalledLearner(&'a Member),
 }
 
 impl fmt::Display for Problem<'_> {
@@ -146,6 +158,12 @@ impl fmt::Display for Problem<'_> {
         match self {
             Problem::NoMember => f.write_str("has no etcd member"),
             Problem::Unhealthy(e) => write!(f, "has an unhealthy etcd member ({e})"),
+            Problem::StalledLearner(l) => write!(
+                f,
+                "has an etcd learner ({}, id {}) that is past --learner-grace and has not caught up with the leader (its raft index is below 90% of the leader's, so etcd refuses to promote it)",
+                l.shown_name(),
+                l.id,
+            ),
         }
     }
 }
@@ -158,8 +176,124 @@ pub(crate) fn kept_tolerance(now: Tally, desired: usize) -> i64 {
         .min(quorum::tolerance(desired, desired))
 }
 
+fn secs(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// Unix seconds as RFC 3339 (UTC). Absolute times, not ages: a published message that said
+/// "4m ago" would be false a minute later, or rewritten every minute.
+fn at(unix: i64) -> String {
+    let t = u64::try_from(unix).unwrap_or(0);
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t))
+        .to_string()
+}
+
+/// The clock of the next action: Machines' ages against the two grace periods.
+struct Clock<'a> {
+    policy: &'a Policy,
+    now_unix: i64,
+}
+
+impl Clock<'_> {
+    fn within(&self, m: &Machine, grace: std::time::Duration) -> bool {
+        m.created_unix
+            .is_some_and(|c| self.now_unix.saturating_sub(c) < secs(grace))
+    }
+
+    /// Created within `--join-grace`: may still get its member.
+    fn joining(&self, m: &Machine) -> bool {
+        self.within(m, self.policy.join_grace)
+    }
+
+    /// Created within `--learner-grace`: its learner may still be promoted by kubeadm.
+    fn learning(&self, m: &Machine) -> bool {
+        self.within(m, self.policy.learner_grace)
+    }
+
+    /// "created at T0; at T1, after --join-grace 10m," for a Machine: what bounds a wait.
+    fn bound(&self, m: &Machine, grace: std::time::Duration, flag: &str) -> String {
+        match m.created_unix {
+            Some(c) => format!(
+                "created at {}; at {}, after {flag} {},",
+                at(c),
+                at(c.saturating_add(secs(grace))),
+                humantime::format_duration(grace)
+            ),
+            None => format!(
+                "creation time unknown; after {flag} {},",
+                humantime::format_duration(grace)
+            ),
+        }
+    }
+
+    /// "created at T0", or that it is not known.
+    fn created(&self, m: &Machine) -> String {
+        m.created_unix
+            .map_or("of unknown creation time".into(), |c| {
+                format!("created at {}", at(c))
+            })
+    }
+}
+
+/// The leader's raft index (the highest a voter reports when no leader is known).
+fn leader_index(members: &[Member]) -> Option<u64> {
+    members
+        .iter()
+        .find(|m| m.is_leader)
+        .and_then(|m| m.raft_index)
+        .or_else(|| {
+            members
+                .iter()
+                .filter(|m| !m.is_learner)
+                .filter_map(|m| m.raft_index)
+                .max()
+        })
+}
+
+/// Whether a learner has caught up enough for etcd to promote it: etcd promotes a learner
+/// whose raft index is at least 90% of the leader's. Without both indexes it cannot be told:
+/// etcd itself refuses a learner that is behind ("can only promote a learner member which is
+/// in sync with leader"), harmlessly.
+fn caught_up(l: &Member, members: &[Member]) -> bool {
+    match (l.raft_index, leader_index(members)) {
+        (Some(mine), Some(lead)) => u128::from(mine) * 10 >= u128::from(lead) * 9,
+        _ => true,
+    }
+}
+
+/// Promoting a healthy learner adds a healthy voter: safe iff the healthy members, it
+/// included, form a quorum of the grown membership whatever the unknown members are.
+pub(crate) fn promotion_safe(before: Tally) -> bool {
+    before.healthy + 1 >= quorum::quorum(before.voting() + 1)
+}
+
+/// Whether removing member `o` is safe and keeps the fault tolerance advice must keep.
+fn removable(o: &Member, tally: Tally, keep: i64, stale: bool) -> bool {
+    let mut removed = Tally::default();
+    // A learner does not vote: removing it changes no count.
+    if !o.is_learner {
+        removed.count(quorum::effective_ref(o, stale));
+    }
+    let after = Tally {
+        healthy: tally.healthy - removed.healthy,
+        unhealthy: tally.unhealthy - removed.unhealthy,
+        unknown: tally.unknown - removed.unknown,
+    };
+    quorum::removal(tally, removed) == Safety::Safe
+        && quorum::tolerance(after.voting(), after.healthy) >= keep
+}
+
+fn remove_member(o: &Member, message: String) -> NextAction {
+    let cmd = format!("etcdctl member remove {}", o.id);
+    NextAction::new(ActionCode::RemoveOrphanMember, message).with(o.id.to_string(), Some(cmd))
+}
+
+/// The command that frees space after a NOSPACE alarm (etcd's maintenance guide): compact the
+/// history up to the current revision, defragment every member, disarm the alarm.
+pub const FREE_SPACE_COMMAND: &str = "rev=$(etcdctl endpoint status -w json | grep -o '\"revision\":[0-9]*' | head -1 | cut -d: -f2) && etcdctl compact \"$rev\" && etcdctl defrag --cluster && etcdctl alarm disarm";
+
 /// The next safe action for a control plane. `now_unix` (Unix seconds) tells a joining Machine
-/// from a broken one.
+/// from a broken one, and a learner catching up from a stalled one.
 pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAction {
     let kcp = cp.kcp_shown();
     let ns = &cp.kcp.namespace;
@@ -196,6 +330,9 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     let stale = snapshot.age.is_some_and(|a| a > policy.max_health_age);
     let members = &snapshot.members;
     let tally = Tally::of(members, stale);
+    if let Some(a) = free_space(cp, members, stale) {
+        return a;
+    }
     if tally.quorum_lost() {
         return NextAction::new(
             ActionCode::RestoreQuorum,
@@ -213,31 +350,78 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
             .filter(|m| m.control_plane && !m.deleting),
     );
     let desired = cp.kcp.replicas as usize;
-    let young = |m: &Machine| {
-        m.created_unix
-            .is_some_and(|c| now_unix.saturating_sub(c) < policy.join_grace.as_secs() as i64)
-    };
-
-    // Joining: an added member that has not started, or a young Machine without its member.
-    if let Some(u) = members.iter().find(|m| m.is_unstarted()) {
-        return NextAction::new(
-            ActionCode::WaitForJoin,
-            format!(
-                "etcd member {} of KubeadmControlPlane {kcp} has been added but has not started: wait for it to join",
-                u.id
-            ),
-        )
-        .with(u.id.to_string(), None);
-    }
-    if let Some(m) = active
+    let clock = Clock { policy, now_unix };
+    let keep = kept_tolerance(tally, desired);
+    let join_grace = humantime::format_duration(policy.join_grace);
+    let learner_grace = humantime::format_duration(policy.learner_grace);
+    // Machines without a (started) member, oldest first: joining, or failed to join.
+    let memberless: Vec<&Machine> = active
         .iter()
-        .find(|m| cp.member_of(m).is_none() && young(m))
-    {
+        .copied()
+        .filter(|m| cp.member_of(m).is_none())
+        .collect();
+
+    // An added member that has not started: joining while a Machine without a member is within
+    // --join-grace (the newest such Machine bounds the wait); after that its join failed and
+    // it only blocks (cluster-api #13221, #13667, #5509): remove it first, then the failed
+    // Machine is replaced (below).
+    for u in members.iter().filter(|m| m.is_unstarted()) {
+        if let Some(m) = memberless.iter().rev().find(|m| clock.joining(m)) {
+            return NextAction::new(
+                ActionCode::WaitForJoin,
+                format!(
+                    "etcd member {} of KubeadmControlPlane {kcp} has been added but has not started (Machine {ns}/{}, the newest without an etcd member, was {} the member counts as failed): wait for it to join",
+                    u.id,
+                    m.name,
+                    clock.bound(m, policy.join_grace, "--join-grace"),
+                ),
+            )
+            .with(u.id.to_string(), None);
+        }
+        if removable(u, tally, keep, stale) {
+            let failed = memberless.first();
+            let why = match failed {
+                Some(m) => format!(
+                    "Machine {ns}/{}, which has no etcd member, was {}, past --join-grace {join_grace}: its join failed",
+                    m.name,
+                    clock.created(m)
+                ),
+                None => format!(
+                    "no Machine without an etcd member was created within --join-grace {join_grace}"
+                ),
+            };
+            let blocks = if u.is_learner {
+                "while it stays, etcd refuses every further learner (\"too many learner members in cluster\"), so every KCP scale-up and rollout sticks (cluster-api #13221, #13667)".to_string()
+            } else {
+                format!(
+                    "it votes but cannot: etcd's fault tolerance is {} with it and KCP counts it as an unhealthy member, which blocks its scale-ups, rollouts and remediation (cluster-api #5509)",
+                    quorum::tolerance(tally.voting(), tally.healthy)
+                )
+            };
+            let then = failed.map_or(String::new(), |m| {
+                format!(
+                    " Then Machine {ns}/{}, whose join failed, is replaced.",
+                    m.name
+                )
+            });
+            return remove_member(
+                u,
+                format!(
+                    "etcd member {} of KubeadmControlPlane {kcp} was added but never started{}, and no Machine is joining ({why}): remove it from etcd. Removing a member that never started changes no healthy count; {blocks}.{then}",
+                    u.id,
+                    if u.is_learner { " (a learner)" } else { "" },
+                ),
+            );
+        }
+    }
+    // A new Machine without its member: joining until --join-grace.
+    if let Some(m) = memberless.iter().find(|m| clock.joining(m)) {
         return NextAction::new(
             ActionCode::WaitForJoin,
             format!(
-                "Machine {ns}/{} is new and has no etcd member yet: wait for it to join",
-                m.name
+                "Machine {ns}/{} is new and has no etcd member yet ({} without one it counts as failed and is replaced): wait for it to join",
+                m.name,
+                clock.bound(m, policy.join_grace, "--join-grace"),
             ),
         )
         .with(m.name.clone(), None);
@@ -245,11 +429,8 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     // cluster-api #2651: a Machine whose member is gone while there are more Machines than
     // replicas: the Machine is what is left of a scale-down or rollout step.
     if active.len() > desired {
-        for m in &active {
-            if m.node_name.is_some()
-                && cp.member_of(m).is_none()
-                && allowed(cp, m, &human(), policy, now_unix)
-            {
+        for m in &memberless {
+            if m.node_name.is_some() && allowed(cp, m, &human(), policy, now_unix) {
                 let cmd = format!("kubectl delete machine -n {ns} {}", m.name);
                 return NextAction::new(
                     ActionCode::DeleteMachine,
@@ -264,49 +445,6 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         }
     }
 
-    // A deletion in flight blocks KCP's other work until it completes.
-    if let Some(m) = cp
-        .machines
-        .iter()
-        .filter(|m| m.deleting)
-        .min_by(|a, b| age_order(a, b))
-    {
-        let mut msg = format!(
-            "Machine {ns}/{} is being deleted: wait for KCP to remove its etcd member and finish the deletion.",
-            m.name
-        );
-        if let Some(member) = cp.member_of(m).filter(|x| !x.is_learner) {
-            let mut removed = Tally::default();
-            removed.count(quorum::effective_ref(member, stale));
-            if quorum::removal(tally, removed) != Safety::Safe {
-                msg.push_str(&format!(
-                    " Its member {} cannot leave safely now ({} healthy of {} voting members): make the other members healthy first.",
-                    member.display_name(),
-                    tally.healthy,
-                    tally.voting()
-                ));
-            }
-        }
-        return NextAction::new(ActionCode::WaitForDeletion, msg).with(m.name.clone(), None);
-    }
-
-    // A learner known to be unhealthy is not catching up (its process failed while it
-    // joined): waiting for it would wait for ever. Its Machine is replaced below, or, without
-    // a Machine, it is removed as an orphan.
-    if let Some(l) = members.iter().find(|m| {
-        m.is_learner && !matches!(quorum::effective_ref(m, stale), HealthRef::Unhealthy(_))
-    }) {
-        return NextAction::new(
-            ActionCode::WaitForLearner,
-            format!(
-                "etcd member {} (id {}) of KubeadmControlPlane {kcp} is a learner: wait for it to catch up and be promoted before changing membership",
-                l.display_name(),
-                l.id
-            ),
-        )
-        .with(l.id.to_string(), None);
-    }
-
     // A member no Machine accounts for: remove it, unhealthy ones first, if that is safe and
     // keeps the fault tolerance etcd has (up to the one spec.replicas asks for): with 2
     // Machines of 3 replicas and a healthy orphan, KCP adds the third Machine first.
@@ -315,41 +453,163 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         .filter(|m| cp.machine_of(m).is_none())
         .collect();
     orphans.sort_by_key(|m| quorum::effective_ref(m, stale).is_healthy());
-    let keep = kept_tolerance(tally, desired);
-    for o in orphans {
-        let mut removed = Tally::default();
-        // A learner does not vote: removing it changes no count.
-        if !o.is_learner {
-            removed.count(quorum::effective_ref(o, stale));
-        }
-        let after = Tally {
-            healthy: tally.healthy - removed.healthy,
-            unhealthy: tally.unhealthy - removed.unhealthy,
-            unknown: tally.unknown - removed.unknown,
-        };
-        if quorum::removal(tally, removed) == Safety::Safe
-            && quorum::tolerance(after.voting(), after.healthy) >= keep
-        {
-            let cmd = format!("etcdctl member remove {}", o.id);
+    let orphan_removal = || {
+        orphans
+            .iter()
+            .find(|o| removable(o, tally, keep, stale))
+            .map(|o| {
+                remove_member(
+                    o,
+                    format!(
+                        "etcd member {} (id {}) of KubeadmControlPlane {kcp} belongs to no Machine: remove it from etcd.",
+                        o.display_name(),
+                        o.id
+                    ),
+                )
+            })
+    };
+
+    // A deletion in flight blocks KCP's other work until it completes.
+    if let Some(m) = cp
+        .machines
+        .iter()
+        .filter(|m| m.deleting)
+        .min_by(|a, b| age_order(a, b))
+    {
+        let stuck = cp.member_of(m).filter(|x| !x.is_learner).filter(|member| {
+            let mut removed = Tally::default();
+            removed.count(quorum::effective_ref(member, stale));
+            quorum::removal(tally, removed) != Safety::Safe
+        });
+        let Some(member) = stuck else {
             return NextAction::new(
-                ActionCode::RemoveOrphanMember,
+                ActionCode::WaitForDeletion,
                 format!(
-                    "etcd member {} (id {}) of KubeadmControlPlane {kcp} belongs to no Machine: remove it from etcd.",
-                    o.display_name(),
-                    o.id
+                    "Machine {ns}/{} is being deleted: wait for KCP to drain its node, remove its etcd member and finish the deletion (its member can leave safely: {} healthy of {} voting members).",
+                    m.name,
+                    tally.healthy,
+                    tally.voting()
                 ),
             )
-            .with(o.id.to_string(), Some(cmd));
+            .with(m.name.clone(), None);
+        };
+        // Its member cannot leave, and KCP replaces nothing while a deletion is pending: the
+        // wait has no end. Removing an unhealthy orphan may free it; else the unhealthy
+        // members must come back.
+        if let Some(a) = orphan_removal() {
+            return a;
+        }
+        let down: Vec<String> = members
+            .iter()
+            .filter(|x| !x.is_learner && !quorum::effective_ref(x, stale).is_healthy())
+            .map(|x| x.display_name())
+            .collect();
+        return NextAction::new(
+            ActionCode::CheckEtcdHealth,
+            format!(
+                "Machine {ns}/{} is being deleted, but its member {} cannot leave safely ({} healthy of {} voting members, quorum {}), and KCP replaces no Machine while a deletion is pending: nothing moves until the other members are healthy. Bring back etcd on {} (its static pod and kubelet on the node), then KCP finishes the deletion by itself. Check them: `etcdctl endpoint health --cluster`",
+                m.name,
+                member.display_name(),
+                tally.healthy,
+                tally.voting(),
+                quorum::quorum(tally.voting()),
+                if down.is_empty() {
+                    "the members not known healthy".to_string()
+                } else {
+                    down.join(", ")
+                }
+            ),
+        )
+        .with(m.name.clone(), None);
+    }
+
+    // Learners: one that is catching up (its Machine within --learner-grace) is waited for;
+    // past that it is promoted when healthy and caught up, its Machine replaced when it is
+    // behind (below). One known to be unhealthy is not catching up (its process failed while it
+    // joined): its Machine is replaced below. One without a Machine is removed as an orphan,
+    // unless a Machine without a member may still own it.
+    for l in members.iter().filter(|m| m.is_learner && !m.is_unstarted()) {
+        let h = quorum::effective_ref(l, stale);
+        if matches!(h, HealthRef::Unhealthy(_)) {
+            continue;
+        }
+        let owner = cp.machine_of(l).filter(|m| m.control_plane && !m.deleting);
+        // The learner's Machine, or one without a member that may still own it (its nodeRef,
+        // the member's name, not set yet), within --learner-grace: a wait with that end.
+        let (machine, whose) = match owner {
+            Some(o) => (Some(o).filter(|o| clock.learning(o)), "its Machine"),
+            None => (
+                memberless.iter().rev().copied().find(|m| clock.learning(m)),
+                "no Machine is known to own it yet; it may be Machine",
+            ),
+        };
+        if let Some(m) = machine {
+            return NextAction::new(
+                ActionCode::WaitForLearner,
+                format!(
+                    "etcd member {} (id {}) of KubeadmControlPlane {kcp} is a learner catching up ({whose} {ns}/{}, {} it counts as stalled): wait for it to be promoted before changing membership",
+                    l.display_name(),
+                    l.id,
+                    m.name,
+                    clock.bound(m, policy.learner_grace, "--learner-grace")
+                ),
+            )
+            .with(l.id.to_string(), None);
+        }
+        let Some(owner) = owner else {
+            continue;
+        };
+        match h {
+            HealthRef::Healthy if caught_up(l, members) && promotion_safe(tally) => {
+                let cmd = format!("etcdctl member promote {}", l.id);
+                return NextAction::new(
+                    ActionCode::PromoteLearner,
+                    format!(
+                        "etcd member {} (id {}) is still a learner, and its Machine {ns}/{} was {}, past --learner-grace {learner_grace}: its join was interrupted after `member add`, and nobody will promote it. It is healthy and has caught up: promote it (it becomes a healthy voter: {} healthy of {} voting members, quorum {}). etcd refuses if it has fallen behind again; then replace its Machine.",
+                        l.display_name(),
+                        l.id,
+                        owner.name,
+                        clock.created(owner),
+                        tally.healthy + 1,
+                        tally.voting() + 1,
+                        quorum::quorum(tally.voting() + 1)
+                    ),
+                )
+                .with(l.id.to_string(), Some(cmd));
+            }
+            HealthRef::Unknown(_) => {
+                return NextAction::new(
+                    ActionCode::CheckEtcdHealth,
+                    format!(
+                        "etcd member {} (id {}) of Machine {ns}/{} is still a learner past --learner-grace {learner_grace}, and its health is unknown: it is promoted when healthy and caught up, its Machine replaced otherwise. Check it: `etcdctl endpoint status --cluster`",
+                        l.display_name(),
+                        l.id,
+                        owner.name
+                    ),
+                )
+                .with(l.id.to_string(), None);
+            }
+            _ => {}
         }
     }
 
-    // A Machine whose member is unhealthy, or that never got one: KCP replaces it.
+    if let Some(a) = orphan_removal() {
+        return a;
+    }
+
+    // A Machine whose member is unhealthy, a stalled learner, or that never got a member: KCP
+    // replaces it.
     let mut ctl = None;
     for m in &active {
         let problem = match cp.member_of(m) {
             None => Some(Problem::NoMember),
             Some(x) => match quorum::effective_ref(x, stale) {
                 HealthRef::Unhealthy(e) => Some(Problem::Unhealthy(e)),
+                HealthRef::Healthy
+                    if x.is_learner && !clock.learning(m) && !caught_up(x, members) =>
+                {
+                    Some(Problem::StalledLearner(x))
+                }
                 _ => None,
             },
         };
@@ -397,7 +657,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         return NextAction::new(
             ActionCode::WaitForRollout,
             format!(
-                "KubeadmControlPlane {kcp} has {} Machines for {desired} replicas: KCP is scaling; wait for it",
+                "KubeadmControlPlane {kcp} has {} Machines for {desired} replicas: KCP is scaling; wait for it (it adds or removes one Machine at a time, each new one within --join-grace {join_grace})",
                 active.len()
             ),
         );
@@ -410,5 +670,43 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
             tally.voting(),
             quorum::tolerance(tally.voting(), tally.healthy)
         ),
+    )
+}
+
+/// A NOSPACE alarm: the whole cluster refuses writes until space is freed and the alarm
+/// disarmed, and a new member would receive the same data. Named while quorum holds once the
+/// members that raised it are counted by what their probes say (they serve reads); if it is
+/// lost even then, restoring quorum comes first.
+fn free_space(cp: &ControlPlane, members: &[Member], stale: bool) -> Option<NextAction> {
+    let raised: Vec<&Member> = members
+        .iter()
+        .filter(|m| m.alarms.contains(&Alarm::NoSpace))
+        .collect();
+    let first = raised.first()?;
+    let disarmed: Vec<Member> = members
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            m.alarms.retain(|a| *a != Alarm::NoSpace);
+            m
+        })
+        .collect();
+    if Tally::of(&disarmed, stale).quorum_lost() {
+        return None;
+    }
+    let names: Vec<String> = raised
+        .iter()
+        .map(|m| format!("{} (id {})", m.display_name(), m.id))
+        .collect();
+    Some(
+        NextAction::new(
+            ActionCode::FreeSpace,
+            format!(
+                "etcd of KubeadmControlPlane {} has a NOSPACE alarm (raised by {}): its database reached the space quota, and the whole cluster serves only reads and deletes, so the workload API server cannot write. Replacing a Machine does not help: a new member receives the same data and hits the same quota. Free space instead: compact the history, defragment every member, then disarm the alarm; if the database is still close to the quota after that, raise --quota-backend-bytes on every member (kubeadm: etcd.local.extraArgs) first.",
+                cp.kcp_shown(),
+                names.join(", ")
+            ),
+        )
+        .with(first.id.to_string(), Some(FREE_SPACE_COMMAND.to_string())),
     )
 }

@@ -364,6 +364,17 @@ fn check_state(
             }
         }
         ActionCode::RestoreQuorum => assert!(all[0] + all[2] < quorum(v_count), "{}", ctx()),
+        // Promoting a healthy learner adds a healthy voter: quorum of the grown membership
+        // with the unknown members down.
+        ActionCode::PromoteLearner => {
+            assert!(all[0] + 1 >= quorum(v_count + 1), "{}", ctx());
+            assert!(!learners.is_empty(), "{}", ctx());
+        }
+        // No wait without an end: every Machine here is past --join-grace and --learner-grace,
+        // so nothing joins or catches up by itself.
+        ActionCode::WaitForJoin | ActionCode::WaitForLearner => {
+            panic!("{} past every grace: {}", a.code, ctx())
+        }
         ActionCode::None => assert!(
             converged(voting, learners, extra, replicas),
             "None for {}",

@@ -252,21 +252,23 @@ impl Webhook {
             Ask::Delete(m) => admit_deletion(&cp, m, &d.requester, &self.policy, now_unix),
             Ask::Update(op) => admit(&cp, op, &d.requester, &self.policy, now_unix),
         };
-        if first && verdict.allowed && verdict.reason.allow_rests_on_etcd() {
-            if let Some(target) = self.state.probe_target(&key.0, &key.1) {
-                let record = match cp.etcd {
-                    EtcdState::Observed(s) => s.members,
-                    EtcdState::Unknown { .. } => Vec::new(),
-                };
-                return Step {
-                    outcome: Outcome {
-                        allowed: verdict.allowed,
-                        reason: verdict.reason.as_str(),
-                        verdict: Some(verdict),
-                    },
-                    probe: Some((target, record)),
-                };
-            }
+        if first
+            && verdict.allowed
+            && verdict.reason.allow_rests_on_etcd()
+            && let Some(target) = self.state.probe_target(&key.0, &key.1)
+        {
+            let record = match cp.etcd {
+                EtcdState::Observed(s) => s.members,
+                EtcdState::Unknown { .. } => Vec::new(),
+            };
+            return Step {
+                outcome: Outcome {
+                    allowed: verdict.allowed,
+                    reason: verdict.reason.as_str(),
+                    verdict: Some(verdict),
+                },
+                probe: Some((target, record)),
+            };
         }
         if let Some(reservations) = reservations.as_mut().filter(|_| verdict.allowed) {
             match &ask {
@@ -286,12 +288,13 @@ impl Webhook {
             }
         }
         drop(reservations);
-        if first && !verdict.allowed && verdict.reason.denial_rests_on_etcd() {
-            if let (Some(fresh), Some(arrived)) = (&self.fresh, arrived) {
-                if let Some(target) = self.state.probe_target(&key.0, &key.1) {
-                    fresh.refresh(target, arrived);
-                }
-            }
+        if first
+            && !verdict.allowed
+            && verdict.reason.denial_rests_on_etcd()
+            && let (Some(fresh), Some(arrived)) = (&self.fresh, arrived)
+            && let Some(target) = self.state.probe_target(&key.0, &key.1)
+        {
+            fresh.refresh(target, arrived);
         }
         if !d.dry_run && (!verdict.allowed || verdict.reason == Reason::BreakGlass) {
             self.notify(d, &verdict);

@@ -9,6 +9,8 @@
 //! - `report`: [`Report`], the stable JSON schema `check` and `status` share;
 //! - `render`: the human-readable text of a report ([`render_text`] and its parts).
 
+#[cfg(test)]
+mod field_cases;
 mod render;
 mod report;
 #[cfg(test)]
@@ -62,7 +64,7 @@ pub struct CheckArgs {
     /// health is unknown and only what needs no proof is allowed.
     #[arg(long, value_name = "FILE", env = "QUORUMGUARD_ENDPOINT_HEALTH")]
     pub endpoint_health: Option<PathBuf>,
-    /// `etcdctl alarm list` (plain text); NOSPACE and CORRUPT make a member unhealthy.
+    /// `etcdctl alarm list`, plain text or `-w json`; NOSPACE and CORRUPT make a member unhealthy.
     #[arg(long, value_name = "FILE", env = "QUORUMGUARD_ALARMS")]
     pub alarms: Option<PathBuf>,
     /// The KubeadmControlPlane to judge (NAME or NAMESPACE/NAME) when the objects hold several.
@@ -82,10 +84,12 @@ pub struct CheckArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Format::Text, env = "QUORUMGUARD_OUTPUT")]
     pub output: Format,
-    /// The present, for the join grace of new Machines (RFC 3339; default: the clock). Makes
-    /// the output reproducible.
+    /// The present, for the join and learner grace of new Machines (RFC 3339; default: the
+    /// clock). Makes the output reproducible.
     #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
     pub now: Option<i64>,
+    #[command(flatten)]
+    pub grace: super::GraceArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -213,7 +217,7 @@ pub fn evaluate(args: &CheckArgs) -> anyhow::Result<Report> {
             .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
             .context("the system clock is before 1970")?,
     };
-    analyse(loaded, &args.what_if, &requester, now)
+    analyse_with(loaded, &args.what_if, &requester, &args.grace.policy(), now)
 }
 
 /// Judges every what-if and the next action on loaded dumps: the analysis of [`evaluate`]
@@ -224,15 +228,25 @@ pub fn analyse(
     requester: &Requester,
     now: i64,
 ) -> anyhow::Result<Report> {
+    analyse_with(loaded, what_ifs, requester, &Policy::default(), now)
+}
+
+/// [`analyse`] under `policy` (`--join-grace`, `--learner-grace`).
+pub fn analyse_with(
+    loaded: dumps::Loaded,
+    what_ifs: &[WhatIf],
+    requester: &Requester,
+    policy: &Policy,
+    now: i64,
+) -> anyhow::Result<Report> {
     let cp = loaded.control_plane;
-    let policy = Policy::default();
     let mut verdicts = Vec::new();
     for w in what_ifs {
         let op = operation(&cp, w)?;
-        let v = decide(&cp, &op, requester, &policy, now);
+        let v = decide(&cp, &op, requester, policy, now);
         verdicts.push(VerdictOut::new(w, requester, v));
     }
-    let next = next_action(&cp, &policy, now);
+    let next = next_action(&cp, policy, now);
     Ok(Report::new(&cp, verdicts, &next, loaded.warnings))
 }
 

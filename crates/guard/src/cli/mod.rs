@@ -23,6 +23,31 @@ pub fn duration(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 2s, 10m)"))
 }
 
+/// How long the next action waits for a join and for a learner before it names what leads out
+/// (`serve`, `status` and `check` alike, so that they advise alike).
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct GraceArgs {
+    /// How long a new Machine may have no etcd member (and an added member may stay unstarted)
+    /// before it counts as failed.
+    #[arg(long, env = "QUORUMGUARD_JOIN_GRACE", default_value = "10m", value_parser = duration)]
+    pub join_grace: std::time::Duration,
+    /// How long after its Machine was created an etcd learner may stay a learner before it
+    /// counts as stalled (then it is promoted by hand, or its Machine is replaced).
+    #[arg(long, env = "QUORUMGUARD_LEARNER_GRACE", default_value = "15m", value_parser = duration)]
+    pub learner_grace: std::time::Duration,
+}
+
+impl GraceArgs {
+    /// The rules' default policy with these grace periods.
+    pub fn policy(&self) -> crate::engine::Policy {
+        crate::engine::Policy {
+            join_grace: self.join_grace,
+            learner_grace: self.learner_grace,
+            ..crate::engine::Policy::default()
+        }
+    }
+}
+
 /// The file name kubectl looks for to run `kubectl quorumguard ...` (its plugin convention:
 /// `kubectl-<name>` on PATH).
 pub const KUBECTL_PLUGIN_FILE: &str = "kubectl-quorumguard";

@@ -123,9 +123,8 @@ pub struct ServeArgs {
     /// An etcd probe older than this counts as unknown health.
     #[arg(long, env = "QUORUMGUARD_MAX_HEALTH_AGE", default_value = "60s", value_parser = super::duration)]
     pub max_health_age: Duration,
-    /// How long a new Machine may have no etcd member before it counts as broken.
-    #[arg(long, env = "QUORUMGUARD_JOIN_GRACE", default_value = "10m", value_parser = super::duration)]
-    pub join_grace: Duration,
+    #[command(flatten)]
+    pub grace: super::GraceArgs,
     /// How long an allowed deletion is held against later reviews if the cache never shows it.
     #[arg(long, env = "QUORUMGUARD_RESERVATION_TTL", default_value = "30s", value_parser = super::duration)]
     pub reservation_ttl: Duration,
@@ -235,7 +234,8 @@ impl ServeArgs {
                 unknown_health_humans: self.unknown_health_humans.into(),
                 unknown_health_controllers: self.unknown_health_controllers.into(),
                 max_health_age: self.max_health_age,
-                join_grace: self.join_grace,
+                join_grace: self.grace.join_grace,
+                learner_grace: self.grace.learner_grace,
             },
             reservation_ttl: self.reservation_ttl,
             shutdown_delay: self.shutdown_delay,

@@ -105,6 +105,8 @@ pub struct StatusArgs {
     /// How long one request to the management cluster's API server may take.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = super::duration)]
     pub request_timeout: Duration,
+    #[command(flatten)]
+    pub grace: super::GraceArgs,
 }
 
 /// The output of `quorumguard status -o json`. Stable like `check`'s: fields are added, never

@@ -11,7 +11,9 @@
 //!   (`etcdserver: no leader`).
 //! - `endpoint health -w json`: `[{"endpoint","health","took","error"}]`. A learner always
 //!   fails it ("rpc not supported for learner" shows as "context deadline exceeded").
-//! - `alarm list`: plain text lines `memberID:<decimal id> alarm:<TYPE>`.
+//! - `alarm list`: plain text lines `memberID:<decimal id> alarm:<TYPE>`; with `-w json`,
+//!   `{"header":{...},"alarms":[{"memberID":<u64>,"alarm":1}]}` (the alarm as etcd's enum
+//!   number: 1 NOSPACE, 2 CORRUPT; `alarms` left out when there are none).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -293,8 +295,60 @@ pub fn parse_alarm(text: &str) -> Option<Result<AlarmEntry, String>> {
     }))
 }
 
-/// Parses `etcdctl alarm list` (empty output: no alarms).
+#[derive(Deserialize)]
+struct AlarmListJson {
+    #[serde(default)]
+    alarms: Vec<AlarmJson>,
+}
+
+#[derive(Deserialize)]
+struct AlarmJson {
+    #[serde(rename = "memberID", alias = "member_id", deserialize_with = "de_id")]
+    member_id: u64,
+    #[serde(default)]
+    alarm: AlarmTypeJson,
+}
+
+/// etcd's `AlarmType`: a number as etcdctl's JSON prints it, or its name.
+#[derive(Deserialize, Default)]
+#[serde(untagged)]
+enum AlarmTypeJson {
+    #[default]
+    None,
+    Number(u64),
+    Name(String),
+}
+
+/// The command whose JSON [`parse_alarm_list`] also reads.
+pub const ALARM_LIST: &str = "etcdctl alarm list -w json";
+
+/// Parses `etcdctl alarm list`, plain or `-w json` (empty output: no alarms).
 pub fn parse_alarm_list(text: &str) -> Result<Vec<AlarmEntry>, EtcdctlError> {
+    if text.trim_start().starts_with('{') {
+        let list: AlarmListJson = serde_json::from_str(text).map_err(|e| shape(ALARM_LIST, e))?;
+        return Ok(list
+            .alarms
+            .into_iter()
+            .filter_map(|a| {
+                let alarm = match a.alarm {
+                    AlarmTypeJson::None | AlarmTypeJson::Number(0) => return None,
+                    AlarmTypeJson::Number(1) => Alarm::NoSpace,
+                    AlarmTypeJson::Number(2) => Alarm::Corrupt,
+                    AlarmTypeJson::Number(n) => Alarm::Other(n.to_string()),
+                    AlarmTypeJson::Name(n) => match n.as_str() {
+                        "NONE" => return None,
+                        "NOSPACE" => Alarm::NoSpace,
+                        "CORRUPT" => Alarm::Corrupt,
+                        _ => Alarm::Other(n),
+                    },
+                };
+                Some(AlarmEntry {
+                    member_id: MemberId(a.member_id),
+                    alarm,
+                })
+            })
+            .collect());
+    }
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {

@@ -305,10 +305,12 @@ fn reasons_match_the_crd_pattern() {
         | ActionCode::WaitForTeardown
         | ActionCode::CheckEtcdHealth
         | ActionCode::RestoreQuorum
+        | ActionCode::FreeSpace
         | ActionCode::DeleteMachine
         | ActionCode::WaitForDeletion
         | ActionCode::WaitForJoin
         | ActionCode::WaitForLearner
+        | ActionCode::PromoteLearner
         | ActionCode::RemoveOrphanMember
         | ActionCode::RemediateMachine
         | ActionCode::WaitForRollout => (),

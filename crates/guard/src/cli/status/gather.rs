@@ -13,7 +13,7 @@ use super::{
     ControlPlaneStatus, PROBE_CONCURRENCY, ProbeOut, ProbeResult, SCHEMA, StatusArgs, StatusReport,
 };
 use crate::cli::check::Report;
-use crate::engine::{Confirmation, EtcdState, EtcdTopology, Policy, next_action};
+use crate::engine::{Confirmation, EtcdState, EtcdTopology, next_action};
 use crate::etcd::TransportKind;
 use crate::etcd::sweep::{Probers, SweepConfig, sweep_once};
 use crate::state::{ClusterState, Key, Kind, Object};
@@ -127,7 +127,7 @@ pub(super) async fn gather(args: &StatusArgs) -> anyhow::Result<StatusReport> {
         }
     }
 
-    let policy = Policy::default();
+    let policy = args.grace.policy();
     let now = Instant::now();
     let now_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -1,7 +1,7 @@
 //! The fingerprint of what would be published for a KCP, without the figures that move on every
 //! probe: the writer compares it to skip reads and writes in a steady state.
 
-use crate::engine::{ControlPlane, EtcdState, Policy};
+use crate::engine::{ControlPlane, EtcdState, Policy, next_action};
 use crate::status::conditions::conditions;
 
 /// What would be published at `now_unix`, minus the figures that move on every probe (raft
@@ -24,6 +24,10 @@ pub(super) fn fingerprint(
         }
     }
     let mut h = DefaultHasher::new();
+    // Whether a learner has caught up is read from the raft indexes dropped above: the next
+    // action on the real figures tells a stalled learner (RemediateMachine) from one that can
+    // be promoted (PromoteLearner).
+    next_action(cp, policy, now_unix).code.hash(&mut h);
     for c in conditions(&steady, policy, now_unix, generation, probe_error) {
         (
             c.type_,
