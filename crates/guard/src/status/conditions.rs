@@ -235,7 +235,7 @@ fn etcd_quorum(
                 one_line(e)
             ),
         )
-    } else if tally.quorum_lost() {
+    } else if tally.quorum_lost() && !only_space_is_short(&snapshot.members, stale) {
         (
             FALSE,
             QuorumReason::QuorumLost,
@@ -463,6 +463,28 @@ fn sorted_machines(cp: &ControlPlane) -> Vec<&Machine> {
     let mut v: Vec<&Machine> = cp.machines.iter().collect();
     v.sort_by(|a, b| a.name.cmp(&b.name));
     v
+}
+
+/// Whether quorum is lost only by the count of the NOSPACE alarm: counted by what their probes
+/// say, the members that raised it (which still serve reads and raft) keep a quorum. etcd has
+/// not lost quorum then, it refuses writes; saying "quorum lost" would point at a restore from a
+/// snapshot where freeing space is the way out (the next action says `FreeSpace`).
+fn only_space_is_short(members: &[crate::engine::Member], stale: bool) -> bool {
+    let raised = members
+        .iter()
+        .any(|m| m.alarms.contains(&crate::engine::Alarm::NoSpace));
+    if !raised {
+        return false;
+    }
+    let disarmed: Vec<crate::engine::Member> = members
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            m.alarms.retain(|a| *a != crate::engine::Alarm::NoSpace);
+            m
+        })
+        .collect();
+    !Tally::of(&disarmed, stale).quorum_lost()
 }
 
 /// Control characters (newlines in an error text) would break the one-line-per-member table.

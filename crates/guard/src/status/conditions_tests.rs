@@ -123,6 +123,26 @@ fn alarms_and_multiline_errors_stay_on_one_line() {
     assert_eq!(q.message.lines().count(), 5, "{}", q.message);
 }
 
+/// A NOSPACE alarm on every member: etcd refuses writes, but it has not lost quorum (the members
+/// serve reads and raft). The condition must not say "quorum lost" (which points at a restore
+/// from a snapshot); the next action frees space.
+#[test]
+fn a_nospace_alarm_everywhere_is_not_quorum_lost() {
+    let mut c = three_healthy();
+    for m in members_mut(&mut c) {
+        m.alarms = vec![Alarm::NoSpace];
+    }
+    let [q, n] = conds(&c, None);
+    assert_cond(&q, "False", "MembersUnhealthy");
+    assert!(!q.message.contains("lost quorum"), "{}", q.message);
+    assert_cond(&n, "True", "FreeSpace");
+    // Members truly down as well: quorum is lost, whatever the alarm.
+    let mut c = cp(3, &[("a", down()), ("b", down()), ("c", healthy())]);
+    members_mut(&mut c)[2].alarms = vec![Alarm::NoSpace];
+    let [q, _] = conds(&c, None);
+    assert_cond(&q, "False", "QuorumLost");
+}
+
 /// cluster-api #2651: KCP removed `old`'s member but never deleted the Machine.
 #[test]
 fn stuck_2651() {
