@@ -150,19 +150,17 @@ async fn answer(running: &Running, pki: &TestPki, path: &str, body: &serde_json:
         .unwrap_or_else(|e| panic!("POST {path}: {e}"))
 }
 
-/// Issue 27: with `serve`'s default 10 s probe interval, a member frozen a fraction of a second
-/// ago is already counted: every quorum-losing deletion and replica change, by a person and by
-/// the KCP controller, is denied from 0.3 s after the freeze on (not allowed on the record of
-/// the last sweep, nor let through as unknown health), and saying why; once the member is
-/// thawed, the same deletion of a now-safe Machine is allowed again within a second.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_allow_rests_on_answers_etcd_gave_after_the_request_arrived() {
-    let mut etcd = EtcdCluster::start(3);
+/// `serve` over `etcd` (direct transport) with its default 10 s probe interval, once its first
+/// sweep has seen 3 healthy members: after that, its record is up to 10 s old. Reservations
+/// lapse after 300 ms (nothing carries out the deletions allowed here).
+async fn default_interval_guard(
+    etcd: &EtcdCluster,
+    tag: &str,
+) -> (ApiServer, Vec<String>, TestPki, TempDir, Running) {
     let api = ApiServer::start().await.expect("stand-in");
-    let members = seed::control_plane(&api, &etcd, seed::direct_to(&etcd), |_| {});
-    let dir = TempDir::new("fresh");
+    let members = seed::control_plane(&api, etcd, seed::direct_to(etcd), |_| {});
+    let dir = TempDir::new(tag);
     let pki = TestPki::new(dir.path());
-    // serve's default interval: after the first sweep, the record is up to 10 s old.
     let config = support::guard::serve_config(
         &pki,
         Duration::from_secs(10),
@@ -176,6 +174,18 @@ async fn an_allow_rests_on_answers_etcd_gave_after_the_request_arrived() {
         healthy_members(&running) == Some(3)
     })
     .await;
+    (api, members, pki, dir, running)
+}
+
+/// Issue 27: with `serve`'s default 10 s probe interval, a member frozen a fraction of a second
+/// ago is already counted: every quorum-losing deletion and replica change, by a person and by
+/// the KCP controller, is denied from 0.3 s after the freeze on (not allowed on the record of
+/// the last sweep, nor let through as unknown health), and saying why; once the member is
+/// thawed, the same deletion of a now-safe Machine is allowed again within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allow_rests_on_answers_etcd_gave_after_the_request_arrived() {
+    let mut etcd = EtcdCluster::start(3);
+    let (_api, members, pki, _dir, running) = default_interval_guard(&etcd, "fresh").await;
     let lead = leader(&running, &etcd).expect("a leader in the record");
     // Freeze a follower; keep one healthy follower and the leader.
     let frozen = (0..3).find(|i| *i != lead).expect("a follower");
@@ -294,23 +304,7 @@ async fn an_allow_rests_on_answers_etcd_gave_after_the_request_arrived() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_reviews_share_one_fresh_probe() {
     let etcd = EtcdCluster::start(3);
-    let api = ApiServer::start().await.expect("stand-in");
-    let members = seed::control_plane(&api, &etcd, seed::direct_to(&etcd), |_| {});
-    let dir = TempDir::new("burst");
-    let pki = TestPki::new(dir.path());
-    let config = support::guard::serve_config(
-        &pki,
-        Duration::from_secs(10),
-        Duration::from_millis(300),
-        None,
-    );
-    let running = server::start(config, api.client().expect("client"))
-        .await
-        .expect("start");
-    wait_for("3 healthy members probed", Duration::from_secs(20), || {
-        healthy_members(&running) == Some(3)
-    })
-    .await;
+    let (_api, members, pki, _dir, running) = default_interval_guard(&etcd, "burst").await;
     let fresh = running.webhook.fresh_probes().expect("fresh").clone();
     let before = fresh.probes_made("ok") + fresh.probes_made("failed");
     let tls = pki.client(&[b"h2"]);

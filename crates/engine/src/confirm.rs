@@ -320,6 +320,7 @@ impl Belief {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::{leaderless, probed as member, silent, up};
 
     const ET: Duration = Duration::from_secs(1);
 
@@ -331,40 +332,6 @@ mod tests {
 
     fn s(secs: f64) -> Duration {
         Duration::from_secs_f64(secs)
-    }
-
-    /// A member as a probe reports it: `answered` says whether its status came back (then it
-    /// has a raft term), `leader` whether it reports itself the leader.
-    fn member(id: u64, health: Health, answered: bool, leader: bool) -> Member {
-        let mut m = Member::new(id, format!("m{id}"));
-        m.health = health;
-        m.raft_term = answered.then_some(2);
-        m.is_leader = leader;
-        m
-    }
-
-    fn up(id: u64, leader: bool) -> Member {
-        member(id, Health::Healthy, true, leader)
-    }
-
-    /// Answered its status, but its read failed: no leader to serve it.
-    fn leaderless(id: u64) -> Member {
-        member(
-            id,
-            Health::Unhealthy("etcdserver: no leader".into()),
-            true,
-            false,
-        )
-    }
-
-    /// Did not answer at all (frozen, killed).
-    fn silent(id: u64) -> Member {
-        member(
-            id,
-            Health::Unhealthy("no answer within 2s".into()),
-            false,
-            false,
-        )
     }
 
     fn healths(j: &Judged) -> Vec<&'static str> {

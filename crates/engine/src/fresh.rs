@@ -132,36 +132,7 @@ pub fn failed_view(record: &[Member]) -> Vec<Member> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn member(id: u64, health: Health, answered: bool, leader: bool) -> Member {
-        let mut m = Member::new(id, format!("m{id}"));
-        m.health = health;
-        m.raft_term = answered.then_some(2);
-        m.is_leader = leader;
-        m
-    }
-
-    fn up(id: u64, leader: bool) -> Member {
-        member(id, Health::Healthy, true, leader)
-    }
-
-    fn silent(id: u64) -> Member {
-        member(
-            id,
-            Health::Unhealthy("no answer within 2s".into()),
-            false,
-            false,
-        )
-    }
-
-    fn leaderless(id: u64) -> Member {
-        member(
-            id,
-            Health::Unhealthy("etcdserver: no leader".into()),
-            true,
-            false,
-        )
-    }
+    use crate::testkit::{leaderless, silent, up};
 
     fn kinds(v: &[Member]) -> Vec<&'static str> {
         v.iter()

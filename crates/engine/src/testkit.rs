@@ -14,6 +14,41 @@ pub fn down() -> Health {
     Health::Unhealthy("context deadline exceeded".into())
 }
 
+/// A member as one probe reports it: `answered` says whether its status came back (then it has a
+/// raft term), `leader` whether it reports itself the leader.
+pub fn probed(id: u64, health: Health, answered: bool, leader: bool) -> Member {
+    let mut m = Member::new(id, format!("m{id}"));
+    m.health = health;
+    m.raft_term = answered.then_some(2);
+    m.is_leader = leader;
+    m
+}
+
+/// Answered, healthy.
+pub fn up(id: u64, leader: bool) -> Member {
+    probed(id, Health::Healthy, true, leader)
+}
+
+/// Answered its status, but its read failed: no leader to serve it.
+pub fn leaderless(id: u64) -> Member {
+    probed(
+        id,
+        Health::Unhealthy("etcdserver: no leader".into()),
+        true,
+        false,
+    )
+}
+
+/// Did not answer at all (frozen, killed).
+pub fn silent(id: u64) -> Member {
+    probed(
+        id,
+        Health::Unhealthy("no answer within 2s".into()),
+        false,
+        false,
+    )
+}
+
 /// A KCP named `kcp` in namespace `ns` with `replicas` desired and one Machine + voting member
 /// per entry of `members`, named after the entry, with IDs 1, 2, ...
 pub fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
