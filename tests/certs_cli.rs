@@ -539,7 +539,7 @@ fn a_ca_made_by_openssl_can_be_used() {
         );
         assert_eq!(run.code, Some(2), "{name}: {run:#?}");
         assert!(
-            run.stderr.contains("before the serving certificate"),
+            run.stderr.contains("before the certificate would"),
             "{}",
             run.stderr
         );
@@ -649,7 +649,21 @@ fn handshake(dir: &Path, server_name: &str) -> Result<usize, String> {
         .expect("protocol versions")
         .with_root_certificates(roots)
         .with_no_client_auth();
+    exchange(
+        Arc::new(server_config),
+        Arc::new(client_config),
+        server_name,
+    )
+}
 
+/// One exchange over 127.0.0.1 between a rustls server and client with these configurations,
+/// the client dialing `server_name`. Returns the number of certificates the server sent, or
+/// the client's error (with the server's, when it has one).
+fn exchange(
+    server_config: Arc<ServerConfig>,
+    client_config: Arc<ClientConfig>,
+    server_name: &str,
+) -> Result<usize, String> {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
     listener
         .set_nonblocking(true)
@@ -661,7 +675,7 @@ fn handshake(dir: &Path, server_name: &str) -> Result<usize, String> {
             .map_err(|e| e.to_string())?;
         tcp.set_write_timeout(Some(IO_TIMEOUT))
             .map_err(|e| e.to_string())?;
-        let mut conn = ServerConnection::new(Arc::new(server_config)).map_err(|e| e.to_string())?;
+        let mut conn = ServerConnection::new(server_config).map_err(|e| e.to_string())?;
         let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
         let mut buf = [0u8; 5];
         tls.read_exact(&mut buf).map_err(|e| e.to_string())?;
@@ -682,8 +696,7 @@ fn handshake(dir: &Path, server_name: &str) -> Result<usize, String> {
         tcp.set_write_timeout(Some(IO_TIMEOUT))
             .map_err(|e| e.to_string())?;
         let name = ServerName::try_from(server_name.to_string()).map_err(|e| e.to_string())?;
-        let mut conn =
-            ClientConnection::new(Arc::new(client_config), name).map_err(|e| e.to_string())?;
+        let mut conn = ClientConnection::new(client_config, name).map_err(|e| e.to_string())?;
         let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
         tls.write_all(b"hello").map_err(|e| e.to_string())?;
         let mut buf = [0u8; 5];
@@ -696,10 +709,11 @@ fn handshake(dir: &Path, server_name: &str) -> Result<usize, String> {
     // The server side ends by itself: with the exchange done, or with the client's alert or
     // hang-up, and at worst after IO_TIMEOUT.
     let served = server.join().expect("server thread");
-    if client.is_ok() {
-        served.map_err(|e| format!("server: {e}"))?;
+    match (client, served) {
+        (Ok(n), served) => served.map(|()| n).map_err(|e| format!("server: {e}")),
+        (Err(e), Ok(())) => Err(e),
+        (Err(e), Err(server)) => Err(format!("{e} (server: {server})")),
     }
-    client
 }
 
 #[test]
@@ -747,6 +761,9 @@ fn help_documents_every_flag() {
         "--patch-webhook",
         "--kubeconfig",
         "--context",
+        "--client",
+        "client-ca.crt",
+        "client.key",
         "QUORUMGUARD_CERTS_OUT_DIR",
         "[default: quorumguard-webhook]",
         "[default: quorumguard-system]",
@@ -1111,4 +1128,269 @@ fn patch_webhook_fails_cleanly_when_the_api_server_is_unreachable() {
         started.elapsed() < Duration::from_secs(40),
         "bounded by the patch timeout"
     );
+}
+
+// kube-apiserver's client certificate: `quorumguard certs --client NAME`.
+
+const CLIENT_FILES: [&str; 4] = ["client-ca.crt", "client-ca.key", "client.crt", "client.key"];
+
+#[test]
+fn client_writes_a_client_ca_and_a_client_auth_certificate() {
+    let tmp = TempDir::new("client");
+    let out = tmp.path("out");
+    let run = certs(&out, &["--client", "kube-apiserver"]).ok();
+    assert_eq!(run.stdout, "", "nothing on stdout");
+    for f in CLIENT_FILES {
+        assert!(out.join(f).is_file(), "{f} written");
+    }
+    for f in ["ca.crt", "ca.key", "tls.crt", "tls.key"] {
+        assert!(
+            !out.join(f).exists(),
+            "{f} is the serving pair's: not written"
+        );
+    }
+    assert_eq!(mode(&out.join("client.key")), 0o600);
+    assert_eq!(mode(&out.join("client-ca.key")), 0o600);
+    assert_eq!(mode(&out.join("client.crt")), 0o644);
+    assert_eq!(mode(&out.join("client-ca.crt")), 0o644);
+
+    let text = openssl_ok(&["x509", "-in", s(&out.join("client.crt")), "-noout", "-text"]);
+    assert!(
+        text.contains("CN = kube-apiserver") || text.contains("CN=kube-apiserver"),
+        "{text}"
+    );
+    assert!(text.contains("TLS Web Client Authentication"), "{text}");
+    assert!(!text.contains("TLS Web Server Authentication"), "{text}");
+    // client.crt is the leaf then the CA, and it verifies for client use.
+    assert_eq!(
+        fs::read_to_string(out.join("client.crt"))
+            .unwrap()
+            .matches("BEGIN CERTIFICATE")
+            .count(),
+        2
+    );
+    openssl_ok(&[
+        "verify",
+        "-purpose",
+        "sslclient",
+        "-CAfile",
+        s(&out.join("client-ca.crt")),
+        s(&out.join("client.crt")),
+    ]);
+
+    // What to do next: the Secret serve reads the CA from, and serve's flags.
+    let ca = fs::canonicalize(out.join("client-ca.crt")).unwrap();
+    for needle in [
+        format!(
+            "kubectl -n quorumguard-system create secret generic quorumguard-client-ca \
+             --from-file=ca.crt={}",
+            ca.display()
+        ),
+        "--client-ca-file=/client-ca/ca.crt".to_owned(),
+        "--client-name=kube-apiserver".to_owned(),
+        "--ca-cert".to_owned(),
+    ] {
+        assert!(run.stderr.contains(&needle), "{needle} in:\n{}", run.stderr);
+    }
+}
+
+#[test]
+fn client_refuses_to_overwrite_without_force() {
+    let tmp = TempDir::new("client-force");
+    let out = tmp.path("out");
+    certs(&out, &["--client", "kube-apiserver"]).ok();
+    let before: Vec<Vec<u8>> = CLIENT_FILES
+        .iter()
+        .map(|f| fs::read(out.join(f)).unwrap())
+        .collect();
+
+    let run = certs(&out, &["--client", "kube-apiserver"]);
+    assert_eq!(run.code, Some(2), "{run:#?}");
+    assert!(run.stderr.contains("already exist"), "{}", run.stderr);
+    assert!(run.stderr.contains("--force"), "{}", run.stderr);
+    assert!(run.stderr.contains("client.key"), "{}", run.stderr);
+    for (f, old) in CLIENT_FILES.iter().zip(&before) {
+        assert_eq!(&fs::read(out.join(f)).unwrap(), old, "{f} untouched");
+    }
+
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(out.join("client.key"), fs::Permissions::from_mode(0o644)).unwrap();
+    certs(&out, &["--client", "kube-apiserver", "--force"]).ok();
+    for (f, old) in CLIENT_FILES.iter().zip(&before) {
+        assert_ne!(&fs::read(out.join(f)).unwrap(), old, "{f} replaced");
+    }
+    assert_eq!(mode(&out.join("client.key")), 0o600);
+    assert_eq!(mode(&out.join("client-ca.key")), 0o600);
+}
+
+#[test]
+fn client_refuses_the_serving_pairs_flags() {
+    let tmp = TempDir::new("client-conflicts");
+    let out = tmp.path("out");
+    for (flag, extra) in [
+        ("--patch-webhook", &["--patch-webhook", "quorumguard"][..]),
+        ("--print-ca-bundle", &["--print-ca-bundle"][..]),
+        ("--dns-name", &["--dns-name", "webhook.example.com"][..]),
+        ("--secret-name", &["--secret-name", "other"][..]),
+    ] {
+        let mut args = vec!["--client", "kube-apiserver"];
+        args.extend_from_slice(extra);
+        let run = certs(&out, &args);
+        assert_eq!(run.code, Some(2), "{flag}: {run:#?}");
+        assert!(
+            run.stderr.contains("--client") && run.stderr.contains(flag),
+            "the error names --client and {flag}:\n{}",
+            run.stderr
+        );
+        assert!(!out.exists(), "{flag}: nothing written");
+    }
+}
+
+#[test]
+fn client_renewal_with_the_given_ca_keeps_the_ca() {
+    let tmp = TempDir::new("client-renew");
+    let out = tmp.path("out");
+    certs(&out, &["--client", "kube-apiserver"]).ok();
+    let ca_before = fs::read(out.join("client-ca.crt")).unwrap();
+    let ca_key_before = fs::read(out.join("client-ca.key")).unwrap();
+    let cert_before = fs::read(out.join("client.crt")).unwrap();
+    let key_before = fs::read(out.join("client.key")).unwrap();
+
+    // The CA's files are read before anything is replaced, so it may renew in place.
+    let ca_cert = out.join("client-ca.crt");
+    let ca_key = out.join("client-ca.key");
+    let run = certs(
+        &out,
+        &[
+            "--client",
+            "kube-apiserver",
+            "--ca-cert",
+            s(&ca_cert),
+            "--ca-key",
+            s(&ca_key),
+            "--force",
+            "--days",
+            "30",
+        ],
+    )
+    .ok();
+    assert!(run.stderr.contains("the given client CA"), "{}", run.stderr);
+    assert_eq!(fs::read(out.join("client-ca.crt")).unwrap(), ca_before);
+    assert_eq!(fs::read(out.join("client-ca.key")).unwrap(), ca_key_before);
+    assert_ne!(fs::read(out.join("client.crt")).unwrap(), cert_before);
+    assert_ne!(fs::read(out.join("client.key")).unwrap(), key_before);
+    openssl_ok(&[
+        "verify",
+        "-purpose",
+        "sslclient",
+        "-CAfile",
+        s(&ca_cert),
+        s(&out.join("client.crt")),
+    ]);
+
+    // Into a fresh directory with the given CA: its key is not copied there.
+    let other = tmp.path("other");
+    certs(
+        &other,
+        &[
+            "--client",
+            "kube-apiserver",
+            "--ca-cert",
+            s(&ca_cert),
+            "--ca-key",
+            s(&ca_key),
+        ],
+    )
+    .ok();
+    assert_eq!(fs::read(other.join("client-ca.crt")).unwrap(), ca_before);
+    assert!(!other.join("client-ca.key").exists());
+}
+
+/// One TLS handshake between the webhook's server configuration, built as `serve` builds it
+/// (`quorumguard::tls::load` with `--client-ca-file CA --client-name NAME`) from a serving pair
+/// in `serving`, and a rustls client presenting `client.crt`/`client.key` from `client`.
+/// `Ok(())` when both sides finish an exchange, the error otherwise.
+fn client_handshake(
+    serving: &Path,
+    ca_file: &Path,
+    name: &str,
+    client: &Path,
+) -> Result<(), String> {
+    let auth = quorumguard::tls::ClientAuth {
+        ca_file: ca_file.to_path_buf(),
+        names: vec![name.to_owned()],
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let loaded = runtime
+        .block_on(quorumguard::tls::load(
+            &serving.join("tls.crt"),
+            &serving.join("tls.key"),
+            Some(&auth),
+        ))
+        .expect("serve accepts the serving pair and the client CA");
+    let server_config: Arc<ServerConfig> = loaded.get_inner();
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(serving.join("ca.crt")).expect("parse ca.crt"))
+        .expect("ca.crt is a usable trust anchor");
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(client.join("client.crt"))
+            .expect("read client.crt")
+            .collect::<Result<_, _>>()
+            .expect("parse client.crt");
+    let key = PrivateKeyDer::from_pem_file(client.join("client.key")).expect("parse client.key");
+    let client_config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("rustls accepts client.crt and client.key");
+    exchange(server_config, Arc::new(client_config), SERVICE_NAMES[2]).map(|_| ())
+}
+
+#[test]
+fn the_issued_client_certificate_is_accepted_by_the_webhooks_client_verifier() {
+    let tmp = TempDir::new("client-verify");
+    let serving = tmp.path("serving");
+    certs(&serving, &[]).ok();
+    let client = tmp.path("client");
+    certs(&client, &["--client", "kube-apiserver"]).ok();
+    let ca_file = client.join("client-ca.crt");
+    assert_eq!(
+        client_handshake(&serving, &ca_file, "kube-apiserver", &client),
+        Ok(())
+    );
+
+    // Issued by the same CA for another name: refused by a webhook allowing kube-apiserver.
+    let other = tmp.path("other-name");
+    let ca_key = client.join("client-ca.key");
+    certs(
+        &other,
+        &[
+            "--client",
+            "not-the-apiserver",
+            "--ca-cert",
+            s(&ca_file),
+            "--ca-key",
+            s(&ca_key),
+        ],
+    )
+    .ok();
+    let err = client_handshake(&serving, &ca_file, "kube-apiserver", &other).unwrap_err();
+    assert!(err.contains("not-the-apiserver"), "{err}");
+    // ... and accepted by one that allows that name.
+    assert_eq!(
+        client_handshake(&serving, &ca_file, "not-the-apiserver", &other),
+        Ok(())
+    );
+
+    // Named kube-apiserver but from another client CA: refused.
+    let stranger = tmp.path("other-ca");
+    certs(&stranger, &["--client", "kube-apiserver"]).ok();
+    assert!(client_handshake(&serving, &ca_file, "kube-apiserver", &stranger).is_err());
 }

@@ -86,7 +86,7 @@ pub enum CertError {
     #[error("CA key does not belong to the CA certificate (their public keys differ)")]
     CaKeyMismatch,
     #[error(
-        "the CA expires at {ca}, before the serving certificate would ({leaf}): use a shorter \
+        "the CA expires at {ca}, before the certificate would ({leaf}): use a shorter \
          --days or a new CA"
     )]
     CaExpiresFirst { ca: String, leaf: String },

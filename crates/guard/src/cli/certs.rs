@@ -5,10 +5,16 @@
 //! install them. Optionally prints the caBundle or patches it into the
 //! ValidatingWebhookConfiguration. The CA and the certificates come from [`crate::certs`]; this
 //! is what the command adds: the Service's names, the files, the printed commands and the patch.
+//!
+//! With `--client NAME` it issues kube-apiserver's client certificate instead, for `serve
+//! --client-ca-file/--client-name`: a client CA (made or reused) and a clientAuth certificate
+//! for `CN=NAME`, written as `client-ca.crt`, `client-ca.key` (new CA only), `client.crt` and
+//! `client.key`.
 
 //!
 //! This file holds the arguments and `run`, which prints what to do next; its children:
-//! - `bundle`: the Service's DNS names, the CA made or reused, the serving certificate;
+//! - `bundle`: the Service's DNS names, the CA made or reused, the serving certificate, and
+//!   the client certificate;
 //! - `files`: writing the files with their modes, never overwriting without `--force`;
 //! - `webhook`: `--patch-webhook`, the caBundle patched into the ValidatingWebhookConfiguration.
 
@@ -27,7 +33,7 @@ use clap::Args;
 
 use crate::certs::{CertError, MAX_DAYS, format_time};
 
-use bundle::{Request, generate};
+use bundle::{ClientRequest, Request, generate, generate_client};
 use files::write_files;
 use webhook::WebhookTarget;
 
@@ -47,6 +53,14 @@ const CA_CERT_FILE: &str = "ca.crt";
 const CA_KEY_FILE: &str = "ca.key";
 const CERT_FILE: &str = "tls.crt";
 const KEY_FILE: &str = "tls.key";
+/// File names with `--client`: `client-ca.crt` is what `serve --client-ca-file` reads (as the
+/// `ca.crt` of Secret quorumguard-client-ca); `client.crt`/`client.key` go to kube-apiserver.
+const CLIENT_CA_CERT_FILE: &str = "client-ca.crt";
+const CLIENT_CA_KEY_FILE: &str = "client-ca.key";
+const CLIENT_CERT_FILE: &str = "client.crt";
+const CLIENT_KEY_FILE: &str = "client.key";
+/// The Secret the client-auth Deployment patch mounts at /client-ca.
+const CLIENT_CA_SECRET: &str = "quorumguard-client-ca";
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -68,6 +82,14 @@ Install without cert-manager:
 Renew with the same CA (the caBundle stays; then replace the Secret):
   quorumguard certs --out-dir ./qg-certs --ca-cert ./qg-certs/ca.crt --ca-key ./qg-certs/ca.key \\
     --force
+
+kube-apiserver's client certificate (for serve --client-ca-file/--client-name), with --client NAME:
+  quorumguard certs --out-dir ./qg-client --client kube-apiserver
+  client-ca.crt  the client CA certificate: serve's --client-ca-file (Secret quorumguard-client-ca)
+  client-ca.key  the client CA key (0600), only when a new CA is made; keep it offline
+  client.crt     the client certificate (CN=NAME, clientAuth) followed by the client CA certificate
+  client.key     the client key (0600); client.crt and client.key go to every kube-apiserver
+  Renew with --ca-cert ./qg-client/client-ca.crt --ca-key ./qg-client/client-ca.key --force.
 
 Exit status: 0 on success, 2 on any error (nothing is overwritten without --force).")]
 pub struct CertsArgs {
@@ -95,7 +117,7 @@ pub struct CertsArgs {
         value_delimiter = ','
     )]
     pub dns_names: Vec<String>,
-    /// Validity of the serving certificate in days (a new CA is valid 10 years; a given CA must
+    /// Validity of the issued certificate in days (a new CA is valid 10 years; a given CA must
     /// outlive the certificate).
     #[arg(
         long,
@@ -140,6 +162,25 @@ pub struct CertsArgs {
     /// Kubeconfig context for --patch-webhook (default: the current context).
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
+    /// Issue kube-apiserver's client certificate for the webhook instead of the serving pair:
+    /// common name NAME (what `serve --client-name` is given, e.g. kube-apiserver), clientAuth,
+    /// signed by a new client CA or by --ca-cert/--ca-key. Writes client-ca.crt, client-ca.key
+    /// (new CA only), client.crt and client.key; not with the serving pair's --dns-name,
+    /// --service, --secret-name, --print-ca-bundle or --patch-webhook.
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with_all = [
+            "dns_names",
+            "service",
+            "secret_name",
+            "print_ca_bundle",
+            "patch_webhook",
+            "kubeconfig",
+            "context",
+        ]
+    )]
+    pub client: Option<String>,
 }
 
 pub fn run(args: &CertsArgs) -> anyhow::Result<ExitCode> {
@@ -149,6 +190,9 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<ExitCode> {
         (None, None) => None,
         _ => bail!("--ca-cert and --ca-key go together"),
     };
+    if let Some(name) = &args.client {
+        return run_client(args, name, ca, now);
+    }
     let request = Request {
         service: args.service.clone(),
         namespace: args.namespace.clone(),
@@ -246,6 +290,77 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<ExitCode> {
             eprintln!("  {}", again(DEFAULT_WEBHOOK_CONFIGURATION));
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--client NAME`: the client CA and kube-apiserver's client certificate, and what to do next.
+fn run_client(
+    args: &CertsArgs,
+    name: &str,
+    ca: Option<(String, String)>,
+    now: i64,
+) -> anyhow::Result<ExitCode> {
+    let request = ClientRequest {
+        name: name.to_string(),
+        days: args.days,
+        ca,
+    };
+    let bundle = generate_client(&request, now).map_err(|e| match &args.ca_cert {
+        Some(path) if is_ca_problem(&e) => anyhow!("{}: {e}", path.display()),
+        _ => anyhow!("--client {name}: {e}"),
+    })?;
+    let written = write_files(&args.out_dir, &bundle.files(), args.force)?;
+    let out_dir = std::path::absolute(&args.out_dir).unwrap_or_else(|_| args.out_dir.clone());
+    let shown = |file: &str| out_dir.join(file);
+    let ca_key = match &args.ca_key {
+        Some(path) => std::path::absolute(path).unwrap_or_else(|_| path.clone()),
+        None => shown(CLIENT_CA_KEY_FILE),
+    };
+
+    eprintln!("quorumguard: wrote {}", list(&written));
+    match &bundle.new_ca_key_pem {
+        Some(_) => eprintln!(
+            "  {CLIENT_CA_CERT_FILE}: a new client CA, valid until {}; {CLIENT_CA_KEY_FILE} is \
+             its key: keep it offline (serve only needs {CLIENT_CA_CERT_FILE})",
+            format_time(bundle.ca_not_after)
+        ),
+        None => eprintln!(
+            "  {CLIENT_CA_CERT_FILE}: the given client CA, valid until {}",
+            format_time(bundle.ca_not_after)
+        ),
+    }
+    eprintln!(
+        "  {CLIENT_CERT_FILE}: client certificate CN={name} (client authentication) and the CA, \
+         valid until {}",
+        format_time(bundle.not_after)
+    );
+    eprintln!();
+    eprintln!("Give serve the client CA (the client-auth Deployment patch mounts this Secret):");
+    eprintln!(
+        "  kubectl -n {} create secret generic {CLIENT_CA_SECRET} --from-file=ca.crt={}",
+        shell_quote(&args.namespace),
+        quote(&shown(CLIENT_CA_CERT_FILE))
+    );
+    eprintln!(
+        "  and run serve with --client-ca-file=/client-ca/ca.crt --client-name={}",
+        shell_quote(name)
+    );
+    eprintln!();
+    eprintln!(
+        "Give every kube-apiserver {} and {} (mode 0600), named by the user entry of its \
+         admission kubeconfig (SECURITY.md, \"Verifying kube-apiserver's client certificate\").",
+        quote(&shown(CLIENT_CERT_FILE)),
+        quote(&shown(CLIENT_KEY_FILE))
+    );
+    eprintln!();
+    eprintln!("Renew with the same client CA (serve's --client-ca-file stays):");
+    eprintln!(
+        "  quorumguard certs --out-dir {} --client {} --ca-cert {} --ca-key {} --force",
+        quote(&out_dir),
+        shell_quote(name),
+        quote(&shown(CLIENT_CA_CERT_FILE)),
+        quote(&ca_key),
+    );
     Ok(ExitCode::SUCCESS)
 }
 
