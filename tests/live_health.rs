@@ -32,17 +32,22 @@ async fn delete(running: &Running, pki: &TestPki, member: &str, user: &str) -> (
 /// settled: healthy or unhealthy, none unknown or awaiting confirmation (a member seen unhealthy
 /// by one probe is unknown until the next confirms it).
 fn healthy_members(running: &Running) -> Option<usize> {
+    let members = observed(running)?;
+    members
+        .iter()
+        .all(|m| matches!(m.health, Health::Healthy | Health::Unhealthy(_)))
+        .then(|| members.iter().filter(|m| m.health.is_healthy()).count())
+}
+
+/// The members the webhook's state holds for cluster `test`, if it has a member list.
+fn observed(running: &Running) -> Option<Vec<quorumguard::engine::Member>> {
     match running
         .state
         .control_plane(NS, "test-controlplane", Instant::now())
         .ok()?
         .etcd
     {
-        EtcdState::Observed(s) => s
-            .members
-            .iter()
-            .all(|m| matches!(m.health, Health::Healthy | Health::Unhealthy(_)))
-            .then(|| s.members.iter().filter(|m| m.health.is_healthy()).count()),
+        EtcdState::Observed(s) => Some(s.members),
         EtcdState::Unknown { .. } => None,
     }
 }
@@ -128,19 +133,10 @@ async fn deletions_follow_live_etcd_health() {
 
 /// Which member of `etcd` leads, as the guard's record saw it.
 fn leader(running: &Running, etcd: &EtcdCluster) -> Option<usize> {
-    match running
-        .state
-        .control_plane(NS, "test-controlplane", Instant::now())
-        .ok()?
-        .etcd
-    {
-        EtcdState::Observed(s) => s
-            .members
-            .iter()
-            .find(|m| m.is_leader)
-            .map(|m| etcd.index_of(&m.name)),
-        EtcdState::Unknown { .. } => None,
-    }
+    observed(running)?
+        .iter()
+        .find(|m| m.is_leader)
+        .map(|m| etcd.index_of(&m.name))
 }
 
 /// One review at `path`, answered in full.

@@ -81,6 +81,14 @@ struct ResultLabels {
     result: &'static str,
 }
 
+/// One cluster's probes, and when the latest of them starts (for [`MIN_GAP`]: only read while
+/// another of them is under way, so it may go when the last one ends).
+#[derive(Default)]
+struct Slot {
+    flights: Vec<Flight>,
+    last_start: Option<Instant>,
+}
+
 /// The fresh probes of every cluster, and who waits on them.
 pub struct FreshProbes {
     client: Client,
@@ -91,9 +99,9 @@ pub struct FreshProbes {
     sweep: SweepConfig,
     /// The longest a review waits.
     timeout: Duration,
-    flights: Mutex<HashMap<Key, Vec<Flight>>>,
-    /// When the latest probe of each cluster started (for [`MIN_GAP`]).
-    last_start: Mutex<HashMap<Key, Instant>>,
+    /// The probes of each cluster under way or waiting to start; a cluster's entry goes with its
+    /// last probe.
+    flights: Mutex<HashMap<Key, Slot>>,
     next_id: AtomicU64,
     probes: Family<ResultLabels, Counter>,
     waits: Family<ResultLabels, Counter>,
@@ -142,7 +150,6 @@ impl FreshProbes {
             sweep,
             timeout,
             flights: Mutex::new(HashMap::new()),
-            last_start: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             probes,
             waits,
@@ -204,7 +211,7 @@ impl FreshProbes {
     ) -> (watch::Receiver<Option<Answer>>, bool) {
         let key = (target.namespace.clone(), target.cluster.clone());
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-        let of_cluster = flights.entry(key.clone()).or_default();
+        let of_cluster = &mut flights.entry(key.clone()).or_default().flights;
         if let Some(f) = of_cluster
             .iter()
             .rev()
@@ -240,17 +247,18 @@ impl FreshProbes {
         // MIN_GAP after that one started (a storm of reviews is paced); otherwise at once (a
         // review that comes alone does not wait).
         let start_at = {
-            let flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-            let mut last = self.last_start.lock().unwrap_or_else(|e| e.into_inner());
+            let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = flights.entry(key.clone()).or_default();
             let now = Instant::now();
-            let overlapping = flights
-                .get(&key)
-                .is_some_and(|v| v.iter().any(|f| f.id != id && f.started.is_some()));
-            let at = match last.get(&key) {
-                Some(l) if overlapping => (*l + MIN_GAP).max(now),
+            let overlapping = slot
+                .flights
+                .iter()
+                .any(|f| f.id != id && f.started.is_some());
+            let at = match slot.last_start {
+                Some(l) if overlapping => (l + MIN_GAP).max(now),
                 _ => now,
             };
-            last.insert(key.clone(), at);
+            slot.last_start = Some(at);
             at
         };
         tokio::time::sleep_until(start_at.into()).await;
@@ -258,7 +266,7 @@ impl FreshProbes {
             let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(f) = flights
                 .get_mut(&key)
-                .and_then(|v| v.iter_mut().find(|f| f.id == id))
+                .and_then(|slot| slot.flights.iter_mut().find(|f| f.id == id))
             {
                 f.started = Some(Instant::now());
             }
@@ -291,9 +299,9 @@ impl FreshProbes {
         };
         let _ = tx.send(Some(Arc::new(answer)));
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(v) = flights.get_mut(&key) {
-            v.retain(|f| f.id != id);
-            if v.is_empty() {
+        if let Some(slot) = flights.get_mut(&key) {
+            slot.flights.retain(|f| f.id != id);
+            if slot.flights.is_empty() {
                 flights.remove(&key);
             }
         }

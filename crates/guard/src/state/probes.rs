@@ -65,22 +65,22 @@ impl ClusterState {
         let at = taken.saturating_duration_since(self.origin.0);
         // The sweep's probes and the webhook's fresh ones (crate::etcd::fresh) both land here,
         // and either may finish after a later one: a probe older than the record is dropped.
-        let mut beliefs = self.beliefs.lock().unwrap_or_else(|e| e.into_inner());
-        let record = self
-            .health
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .map(|h| (h.taken, h.members.clone()));
-        if record.as_ref().is_some_and(|(t, _)| *t > taken) {
-            return None;
-        }
-        let judged = beliefs.entry(key).or_default().judge_against(
-            members,
-            record.as_ref().map(|(_, m)| m.as_slice()),
-            at,
-            confirmation,
-        );
+        // Judged against the record in place (the health lock is read while the belief is
+        // judged, and released before the record is written).
+        let judged = {
+            let mut beliefs = self.beliefs.lock().unwrap_or_else(|e| e.into_inner());
+            let health = self.health.read().unwrap_or_else(|e| e.into_inner());
+            let record = health.get(&key);
+            if record.is_some_and(|h| h.taken > taken) {
+                return None;
+            }
+            beliefs.entry(key).or_default().judge_against(
+                members,
+                record.map(|h| h.members.as_slice()),
+                at,
+                confirmation,
+            )
+        };
         if let Some(members) = judged.members {
             self.set_health(namespace, cluster, members, taken);
         }
