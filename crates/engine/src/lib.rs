@@ -5,6 +5,7 @@
 pub mod confirm;
 pub mod decide;
 pub mod fresh;
+pub mod kcp;
 pub mod model;
 pub mod next_action;
 pub mod quorum;
