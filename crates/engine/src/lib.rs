@@ -9,6 +9,7 @@ pub mod kcp;
 pub mod model;
 pub mod next_action;
 pub mod quorum;
+pub mod rollout;
 
 pub use confirm::{Belief, Confirmation, Judged};
 pub use decide::{Figures, Judgement, Operation, Reason, Verdict, admit, admit_deletion, decide};
