@@ -270,14 +270,26 @@ struct Sim<'p> {
     created: usize,
 }
 
-/// Predicts the rollout a version change would start on `cp`, as of `now_unix`.
+/// Predicts the rollout a version change would start on `cp`, as of `now_unix`, with what one
+/// more member failure at each step would lead to.
 pub fn preflight(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> Preflight {
+    predict(cp, policy, now_unix, true)
+}
+
+/// [`preflight`] without the one-more-failure column (each step's [`RolloutStep::one_failure`]
+/// is `None`): the same readiness, reason and steps at a fraction of the cost, for a fleet's
+/// every sweep (the failure column plays the rest of the rollout again after every step).
+pub fn readiness(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> Preflight {
+    predict(cp, policy, now_unix, false)
+}
+
+fn predict(cp: &ControlPlane, policy: &Policy, now_unix: i64, failures: bool) -> Preflight {
     if let Some(p) = cannot_play(cp, policy, now_unix) {
         return p;
     }
     let start = Counts::of(cp.members());
     let sim = Sim::new(cp, policy, now_unix);
-    let (steps, end, last) = sim.clone().play(true);
+    let (steps, end, last) = sim.clone().play(failures);
     let total = sim.ideal().play(false).0.len().max(steps.len());
     let (readiness, reason, why) = match end {
         End::Stuck { reason, why } => (
@@ -1271,6 +1283,24 @@ mod tests {
             "{}",
             p.summary()
         );
+    }
+
+    #[test]
+    fn readiness_is_preflight_without_the_failure_column() {
+        for c in [
+            three(),
+            cp(1, &[("m1", healthy())]),
+            cp(3, &[("m1", healthy()), ("m2", down()), ("m3", healthy())]),
+        ] {
+            let full = predict(&c);
+            let mut light = readiness(&c, &Policy::default(), NOW);
+            assert!(light.steps.iter().all(|s| s.one_failure.is_none()));
+            assert!(full.steps.iter().all(|s| s.one_failure.is_some()));
+            for (l, f) in light.steps.iter_mut().zip(&full.steps) {
+                l.one_failure = f.one_failure.clone();
+            }
+            assert_eq!(light, full);
+        }
     }
 
     #[test]
