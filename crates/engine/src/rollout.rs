@@ -409,8 +409,8 @@ fn plain(code: ActionCode, message: String) -> NextAction {
     }
 }
 
-/// The first step (0: before the first) at which one more failure loses quorum, or a voting
-/// member is already down.
+/// The first step at which one more failure loses quorum, or a voting member is already down:
+/// step 1 (with words saying so) when that is already true before the first step.
 fn unsafe_step(start: &Counts, steps: &[RolloutStep]) -> Option<(usize, String)> {
     let bad = |c: &Counts| c.fault_tolerance < 1 || c.healthy < c.voting;
     let say = |c: &Counts| {

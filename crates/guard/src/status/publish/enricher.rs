@@ -9,7 +9,7 @@ use kube::Client;
 
 use super::{Publisher, Summary};
 use crate::engine::quorum::Tally;
-use crate::engine::rollout::preflight;
+use crate::engine::rollout::readiness;
 use crate::engine::{EtcdState, Policy};
 use crate::etcd::sweep::{Probers, SweepConfig, sweep_once};
 use crate::state::ClusterState;
@@ -45,8 +45,8 @@ pub fn figures(state: &ClusterState) -> Vec<ClusterFigures> {
         .collect()
 }
 
-/// The rollout prediction ([`preflight`]) of every KCP in the caches, from the control plane as
-/// the caches and the latest probe show it (the one the published conditions are made of), as
+/// The rollout prediction ([`readiness`]: `preflight` without its one-more-failure column) of
+/// every KCP in the caches, from the control plane as the caches and the latest probe show it (the one the published conditions are made of), as
 /// of `now_unix`. A KCP whose cluster has not been probed yet is left out, as the status writer
 /// leaves it (not probed yet is no failure); one whose latest probe failed is `cannot_judge`.
 /// Computed once per sweep, never per review.
@@ -99,7 +99,7 @@ fn rollout(
         return None;
     }
     let cp = state.control_plane(&ns, &kcp, now).ok()?;
-    let predicted = preflight(&cp, policy, now_unix);
+    let predicted = readiness(&cp, policy, now_unix);
     Some(RolloutFigures::of(ns, kcp, &predicted))
 }
 
