@@ -51,13 +51,27 @@ fn ci() -> Bounds {
 
 /// Members left behind (a join that stops, a Machine that goes without its member) and what
 /// the next action makes of them: the CI bounds without member failures, probe failures and
-/// KCP crashes (the run above has those), one leftover.
+/// KCP crashes (the run above has those), one leftover; maxSurge 1 and 0.
 fn leftovers() -> Bounds {
     Bounds {
         failures: 0,
         probe_failures: 0,
         crashes: 0,
         leftovers: 1,
+        max_surges: vec![1, 0],
+        ..ci()
+    }
+}
+
+/// A rollout that deletes first (maxSurge 0) beside a member failure, current KCP only: the CI
+/// bounds without probe failures and KCP crashes (the CI bounds with maxSurge 0 as well take
+/// longer than CI can afford: `QG_MODEL_BOUNDS=max_surges=0/1`).
+fn surge_zero() -> Bounds {
+    Bounds {
+        styles: vec![Style::Current],
+        max_surges: vec![0],
+        probe_failures: 0,
+        crashes: 0,
         ..ci()
     }
 }
@@ -161,6 +175,11 @@ fn the_guard_keeps_every_property_within_the_ci_bounds() {
 #[test]
 fn every_member_left_behind_is_led_out_within_the_ci_bounds() {
     check_all("leftovers", config(leftovers(), Bugs::default()));
+}
+
+#[test]
+fn a_rollout_that_deletes_first_keeps_every_property() {
+    check_all("max surge 0", config(surge_zero(), Bugs::default()));
 }
 
 /// The larger run: 1, 3 or 5 members.

@@ -190,7 +190,8 @@ impl Config {
                 }
             }
             for to in [1, 3, 5] {
-                if to <= b.max_replicas && to != s.replicas {
+                // KCP's own webhook rejects fewer than 3 replicas with maxSurge 0.
+                if to <= b.max_replicas && to != s.replicas && (s.max_surge > 0 || to >= 3) {
                     out.push(Action::Scale(to));
                 }
             }
