@@ -69,6 +69,15 @@ pub struct Bugs {
     /// The published next action waits for a join without `--join-grace`'s end: every
     /// Machine counts as young for ever.
     pub wait_without_grace: bool,
+    /// Not a bug, nor the guard's: Cluster API v1.14's own order. A remediation whose deletion
+    /// the API server refuses (the guard's denial) ends KCP's reconcile with an error
+    /// (`remediation.go` returns it, `controller.go` stops there), so KCP does not scale in
+    /// that reconcile, nor in the next while the refusal lasts. Off, the model's KCP goes on to
+    /// its move, as v1.14 does when its own checks hold the remediation back. On, a healthy
+    /// Machine marked for remediation while there are fewer Machines than replicas deadlocks:
+    /// the guard denies its deletion `PendingJoin`, KCP never scales up, and the published
+    /// `WaitForRollout` waits for nothing (docs/rules.md, "Model-checked").
+    pub kcp_stops_after_refused_remediation: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -454,7 +463,9 @@ impl Config {
         }
         // Remediation first; when the deletion is refused, KCP goes on with the rest of its
         // reconcile (the move was decided on the same view: a refusal changes neither the
-        // Machines nor etcd).
+        // Machines nor etcd), as v1.14 does when its own checks hold the remediation back; the
+        // guard's admission stands in for those. A deletion the API server refuses ends v1.14's
+        // reconcile with an error instead: `Bugs::kcp_stops_after_refused_remediation`.
         let mut reviewed = false;
         if let Some(key) = r.remediate {
             let slot = u8::try_from(key).ok()?;
@@ -463,6 +474,9 @@ impl Config {
                 Some(true) => return Some(()),
                 Some(false) => reviewed = true,
                 None => {}
+            }
+            if self.bugs.kcp_stops_after_refused_remediation {
+                return reviewed.then_some(());
             }
         }
         let then = if self.bugs.kcp_skips_preflight {
