@@ -916,15 +916,21 @@ impl<'p> Sim<'p> {
             machines: &machines,
             orphan_members: orphans,
         });
-        let mut refused = None;
         if let Some(key) = r.remediate {
-            match self.delete(key as usize, "remediation: it is marked remediate-machine") {
-                Ok(step) => return Ok(Some(step)),
-                Err(e) => refused = Some(e),
-            }
+            // A deletion the API server refuses ends v1.14's reconcile with the error, and the
+            // next one tries the same remediation again: nothing else moves.
+            return self
+                .delete(key as usize, "remediation: it is marked remediate-machine")
+                .map(Some)
+                .map_err(|(reason, why)| {
+                    (
+                        reason,
+                        format!("{why} KCP retries the remediation and does nothing else until it is allowed."),
+                    )
+                });
         }
         match r.then {
-            KcpMove::Converged => match refused.or(held) {
+            KcpMove::Converged => match held {
                 Some(e) => Err(e),
                 None => Ok(None),
             },
@@ -1301,6 +1307,27 @@ mod tests {
             }
             assert_eq!(light, full);
         }
+    }
+
+    #[test]
+    fn a_refused_remediation_sticks_kcp_where_it_is() {
+        let mut c = cp(3, &[("m1", healthy()), ("m2", down()), ("m3", healthy())]);
+        machine_mut(&mut c, "m1")
+            .annotations
+            .insert(ANNOTATION_REMEDIATE.into(), String::new());
+        let p = predict(&c);
+        assert_eq!(
+            p.readiness,
+            Readiness::WouldStick { at: 1, of: 15 },
+            "{}",
+            p.summary()
+        );
+        assert_eq!(p.reason, ReadyReason::WebhookDenies, "{}", p.summary());
+        assert!(
+            p.why.contains("m1") && p.why.contains("retries"),
+            "{}",
+            p.why
+        );
     }
 
     #[test]
