@@ -18,6 +18,60 @@ use clap::Subcommand;
 /// clap uses for usage errors, so scripts see one "your input is wrong" code.
 pub const EXIT_BAD_INPUT: u8 = 2;
 
+/// The present as Unix seconds, from the clock: what the rules judge grace periods against.
+pub fn now_unix() -> anyhow::Result<i64> {
+    use anyhow::Context;
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .context("the system clock is before 1970")
+}
+
+/// Runs `work` on a small runtime of its own, and does not wait for what it leaves behind when
+/// done: etcd clients may keep background tasks on a frozen member's connection.
+pub fn block_on<T>(
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    use anyhow::Context;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = runtime.block_on(work);
+    runtime.shutdown_background();
+    result
+}
+
+/// Prints a command's report as every command does: its input warnings on stderr as
+/// `quorumguard: warning: ...`, then `text()` or the report as JSON on stdout. `nothing_in`, when
+/// there was nothing to report, says where was looked (a note on stderr with the text).
+pub fn print_report(
+    format: check::Format,
+    warnings: &[String],
+    nothing_in: Option<&str>,
+    text: impl FnOnce() -> String,
+    report: &impl serde::Serialize,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    for w in warnings {
+        eprintln!("quorumguard: warning: {w}");
+    }
+    match format {
+        check::Format::Text => {
+            if let Some(scope) = nothing_in {
+                eprintln!("No KubeadmControlPlanes found in {scope}.");
+            }
+            print!("{}", text());
+        }
+        check::Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(report).context("cannot render the report as JSON")?
+        ),
+    }
+    Ok(())
+}
+
 /// Parses a duration flag (`500ms`, `2s`, `10m`) for every subcommand alike.
 pub fn duration(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 2s, 10m)"))
