@@ -1,10 +1,11 @@
-//! The production commands of `quorumguard` (`check`, `status`, `serve`, `certs`): their
+//! The production commands of `quorumguard` (`check`, `status`, `preflight`, `serve`, `certs`): their
 //! arguments and dispatch. Each subcommand lives in its own module and returns the process exit
 //! code. The binary (the `quorumguard` package's `src/cli.rs`) puts these beside `playground`,
 //! which lives in the playground crate, and parses the command line.
 
 pub mod certs;
 pub mod check;
+pub mod preflight;
 pub mod serve;
 pub mod status;
 
@@ -107,7 +108,7 @@ impl GraceArgs {
 pub const KUBECTL_PLUGIN_FILE: &str = "kubectl-quorumguard";
 
 /// The production subcommands. `display_order` keeps `--help` listing them, with the binary's
-/// `playground` (order 4), in the order the README teaches them.
+/// `playground` (order 5), in the order the README teaches them.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Judge a control plane from kubectl and etcdctl dumps: members, quorum, the next safe
@@ -118,13 +119,18 @@ pub enum Command {
     /// next safe action (also `kubectl quorumguard status` as a kubectl plugin).
     #[command(display_order = 2)]
     Status(status::StatusArgs),
+    /// Predict, before an upgrade wave, which control planes' rollouts would finish, which would
+    /// stick (at which step, and why) and which would lose quorum on one more failure; live, or
+    /// offline from `check`'s dumps (also `kubectl quorumguard preflight`).
+    #[command(display_order = 3)]
+    Preflight(Box<preflight::PreflightArgs>),
     /// Serve the validating admission webhook (HTTPS) and the admin endpoints.
     // Boxed: its many flags make it several times larger than the other variants.
-    #[command(display_order = 3)]
+    #[command(display_order = 4)]
     Serve(Box<serve::ServeArgs>),
     /// Generate a CA and a serving certificate for the webhook, for clusters without
     /// cert-manager, and print or patch the caBundle.
-    #[command(display_order = 5)]
+    #[command(display_order = 6)]
     Certs(certs::CertsArgs),
 }
 
@@ -141,6 +147,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Check(args) => check::run(&args),
         Command::Status(args) => status::run(&args),
+        Command::Preflight(args) => preflight::run(&args),
         Command::Serve(args) => serve::run(*args),
         Command::Certs(args) => certs::run(&args),
     }

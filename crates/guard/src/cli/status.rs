@@ -36,6 +36,7 @@ use crate::engine::ActionCode;
 use crate::etcd::TransportKind;
 
 use gather::gather;
+pub(super) use gather::{connect, probe};
 pub use render::render_text;
 
 /// The schema identifier of [`StatusReport`].
