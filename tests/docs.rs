@@ -11,7 +11,8 @@
 //! - **Codes.** Every admission reason (`Reason::ALL`), next action (`ActionCode::ALL`),
 //!   EtcdQuorum reason (`QuorumReason::ALL`) and rollout prediction reason (`ReadyReason::ALL`)
 //!   is in a code table of README.md or docs/ (a column headed `Reason`, `Next action`,
-//!   `EtcdQuorum reason` or `Rollout reason`), and every code such a column names exists.
+//!   `EtcdQuorum reason`, `Rollout reason` or `Preflight reason`), and every code such a column
+//!   names exists.
 //! - **CamelCase.** Every backticked CamelCase word in README.md and docs/ is a code, an alert of
 //!   the PrometheusRule, or one of a few names listed here: a renamed code cannot linger in prose.
 //!
@@ -946,11 +947,12 @@ fn command_lines_in_the_docs_use_flags_that_exist() {
 }
 
 /// The kinds of codes, by the header of the table column that lists them.
-const CODE_COLUMNS: [&str; 4] = [
+const CODE_COLUMNS: [&str; 5] = [
     "Reason",
     "Next action",
     "EtcdQuorum reason",
     "Rollout reason",
+    "Preflight reason",
 ];
 
 fn codes_of(column: &str) -> BTreeSet<String> {
@@ -964,7 +966,7 @@ fn codes_of(column: &str) -> BTreeSet<String> {
             .iter()
             .map(|r| r.as_str().to_string())
             .collect(),
-        "Rollout reason" => ReadyReason::ALL
+        "Rollout reason" | "Preflight reason" => ReadyReason::ALL
             .iter()
             .map(|r| r.as_str().to_string())
             .collect(),
@@ -1012,7 +1014,7 @@ fn every_code_is_documented_and_every_documented_code_exists() {
 
 /// Backticked CamelCase words the docs may use that are not codes: kinds, types and values
 /// named in passing.
-const NOT_CODES: [&str; 5] = [
+const NOT_CODES: [&str; 7] = [
     // kube's type the review decoder builds (docs/benchmarks.md).
     "AdmissionRequest",
     // The engine's types: its input (docs/rules.md) and the codes' own enums
@@ -1022,6 +1024,9 @@ const NOT_CODES: [&str; 5] = [
     "QuorumReason",
     // A `quorumguard status -o json` probe result (docs/status.md).
     "NotProbed",
+    // `quorumguard preflight -o json` readiness values (docs/preflight.md).
+    "WouldStick",
+    "CannotJudge",
 ];
 
 /// Alert names of the PrometheusRule (`- alert: Name`).
