@@ -976,7 +976,7 @@ mod preflight {
         );
         assert!(
             run.stdout
-                .contains("is unknown: probe again before predicting"),
+                .contains("is unknown: probe again (offline: add the endpoint status and health dumps) before predicting"),
             "{}",
             run.stdout
         );

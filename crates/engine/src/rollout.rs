@@ -318,7 +318,7 @@ fn predict(cp: &ControlPlane, policy: &Policy, now_unix: i64, failures: bool) ->
             ),
         },
     };
-    let next_action = next_for(cp, &last, &readiness, reason, policy, now_unix);
+    let next_action = next_for(cp, &last, &readiness, &why, policy, now_unix);
     Preflight {
         readiness,
         reason,
@@ -391,7 +391,9 @@ fn cannot_play(cp: &ControlPlane, policy: &Policy, now: i64) -> Option<Preflight
         Preflight {
             readiness: Readiness::CannotJudge,
             reason: ReadyReason::EtcdUnknown,
-            why: format!("{why}: probe again before predicting"),
+            why: format!(
+                "{why}: probe again (offline: add the endpoint status and health dumps) before predicting"
+            ),
             steps: Vec::new(),
             total: 0,
             start: None,
@@ -449,7 +451,7 @@ fn next_for(
     cp: &ControlPlane,
     last: &ControlPlane,
     readiness: &Readiness,
-    reason: ReadyReason,
+    why: &str,
     policy: &Policy,
     now: i64,
 ) -> NextAction {
@@ -508,10 +510,7 @@ fn next_for(
             } else {
                 plain(
                     ActionCode::None,
-                    format!(
-                        "{}: clear it before the rollout of KubeadmControlPlane {kcp}.",
-                        reason.as_str()
-                    ),
+                    format!("Clear this before the rollout of KubeadmControlPlane {kcp}: {why}."),
                 )
             }
         }
@@ -692,8 +691,7 @@ impl<'p> Sim<'p> {
         let mut after = self.clone();
         for m in after.members_mut() {
             if m.name == victim {
-                m.health =
-                    Health::Unhealthy(format!("{victim} failed (preflight's one more failure)"));
+                m.health = Health::Unhealthy("down".into());
             }
         }
         let c = Counts::of(after.members());
