@@ -59,4 +59,10 @@ async fn smoke_run_publishes_every_kcp_and_a_steady_cycle_writes_nothing() {
         f.steady_prediction > std::time::Duration::ZERO,
         "the guard exports its prediction times: {report}"
     );
+    // The CLI over the same fleet says what serve's metric says, for every KCP.
+    assert_eq!(
+        f.cli_readiness,
+        [("Unsafe FaultToleranceZero".to_string(), opts.kcps)].into(),
+        "{report}"
+    );
 }

@@ -219,6 +219,11 @@ pub struct Figures {
     pub quorum_reasons: BTreeMap<String, usize>,
     /// `quorumguard_rollout_ready` at the end of the steady window: series by `verdict reason`.
     pub rollout_verdicts: BTreeMap<String, usize>,
+    /// `quorumguard preflight -o json` over every KCP once `serve` has stopped: listing, one
+    /// probe of every cluster (16 at a time, the CLI's), every prediction with its step table.
+    pub cli_preflight: Duration,
+    /// Its control planes by `readiness reason`.
+    pub cli_readiness: BTreeMap<String, usize>,
 }
 
 /// The etcd clusters and the seeded stand-in.
@@ -620,6 +625,8 @@ pub async fn run(o: &ScaleOptions, progress: impl Fn(&str)) -> Result<Figures> {
     let slices = load.await??;
     let (quorum_reasons, _) = published(&api);
     drop(guard);
+    progress("quorumguard preflight over every KCP, as an operator runs it");
+    let (cli_preflight, cli_readiness) = cli_preflight(&dir.path().join("kubeconfig")).await?;
 
     let mut figures = Figures {
         options: o.clone(),
@@ -651,6 +658,8 @@ pub async fn run(o: &ScaleOptions, progress: impl Fn(&str)) -> Result<Figures> {
         idle: Latencies::default(),
         quorum_reasons,
         rollout_verdicts,
+        cli_preflight,
+        cli_readiness,
     };
     for s in slices {
         match (s.phase, s.sweeping) {
@@ -718,6 +727,44 @@ async fn cycles(admin: SocketAddr) -> Cycles {
         publish: Duration::from_secs_f64(value("quorumguard_status_publish_seconds_sum")),
         prediction: Duration::from_secs_f64(value("quorumguard_rollout_prediction_seconds_sum")),
     }
+}
+
+/// Runs `quorumguard preflight -o json` on the fleet (direct etcd transport, as `serve` ran) and
+/// times it; its control planes counted by `readiness reason`. Exit status 0 and 1 are both
+/// predictions; 2 is an error here.
+async fn cli_preflight(
+    kubeconfig: &std::path::Path,
+) -> Result<(Duration, BTreeMap<String, usize>)> {
+    let kubeconfig = kubeconfig.to_path_buf();
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_quorumguard"))
+            .args(["preflight", "-o", "json", "--etcd-transport=direct"])
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .stdin(Stdio::null())
+            .output()
+    })
+    .await??;
+    let took = started.elapsed();
+    if !matches!(out.status.code(), Some(0 | 1)) {
+        bail!(
+            "quorumguard preflight exited {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .context("quorumguard preflight -o json printed no JSON")?;
+    let mut counted = BTreeMap::new();
+    for cp in report["controlPlanes"].as_array().into_iter().flatten() {
+        let key = format!(
+            "{} {}",
+            cp["readiness"].as_str().unwrap_or("?"),
+            cp["reason"].as_str().unwrap_or("?")
+        );
+        *counted.entry(key).or_insert(0) += 1;
+    }
+    Ok((took, counted))
 }
 
 /// The guard's `quorumguard_rollout_ready` series, counted by `verdict reason`.
@@ -838,6 +885,17 @@ pub fn table(f: &Figures) -> String {
         "  prediction / steady sweep",
         f.steady_prediction.as_secs_f64() / f.steady_sweep.as_secs_f64()
     );
+    out += &format!(
+        "{:<44} {:>10.2} s\n",
+        "quorumguard preflight, every KCP (the CLI)",
+        f.cli_preflight.as_secs_f64()
+    );
+    out += &format!(
+        "{:<44} {:>12.2}\n",
+        "  preflight CLI / steady sweep",
+        f.cli_preflight.as_secs_f64() / f.steady_sweep.as_secs_f64()
+    );
+    out += &format!("  its answers: {}\n", counted(&f.cli_readiness));
     out += &format!(
         "  stand-in requests, steady window: {}\n",
         counted(&f.steady_requests)
