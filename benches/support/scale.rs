@@ -220,8 +220,11 @@ pub struct Figures {
     /// `quorumguard_rollout_ready` at the end of the steady window: series by `verdict reason`.
     pub rollout_verdicts: BTreeMap<String, usize>,
     /// `quorumguard preflight -o json` over every KCP once `serve` has stopped: listing, one
-    /// probe of every cluster (16 at a time, the CLI's), every prediction with its step table.
+    /// probe of every cluster (as many at once as serve's `--probe-concurrency`), every
+    /// prediction with its step table.
     pub cli_preflight: Duration,
+    /// The same with `--probe-concurrency` four times serve's.
+    pub cli_preflight_wide: Duration,
     /// Its control planes by `readiness reason`.
     pub cli_readiness: BTreeMap<String, usize>,
 }
@@ -626,7 +629,10 @@ pub async fn run(o: &ScaleOptions, progress: impl Fn(&str)) -> Result<Figures> {
     let (quorum_reasons, _) = published(&api);
     drop(guard);
     progress("quorumguard preflight over every KCP, as an operator runs it");
-    let (cli_preflight, cli_readiness) = cli_preflight(&dir.path().join("kubeconfig")).await?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    let (cli_preflight, cli_readiness) =
+        run_preflight_cli(&kubeconfig, o.probe_concurrency).await?;
+    let (cli_preflight_wide, _) = run_preflight_cli(&kubeconfig, o.probe_concurrency * 4).await?;
 
     let mut figures = Figures {
         options: o.clone(),
@@ -659,6 +665,7 @@ pub async fn run(o: &ScaleOptions, progress: impl Fn(&str)) -> Result<Figures> {
         quorum_reasons,
         rollout_verdicts,
         cli_preflight,
+        cli_preflight_wide,
         cli_readiness,
     };
     for s in slices {
@@ -732,8 +739,9 @@ async fn cycles(admin: SocketAddr) -> Cycles {
 /// Runs `quorumguard preflight -o json` on the fleet (direct etcd transport, as `serve` ran) and
 /// times it; its control planes counted by `readiness reason`. Exit status 0 and 1 are both
 /// predictions; 2 is an error here.
-async fn cli_preflight(
+async fn run_preflight_cli(
     kubeconfig: &std::path::Path,
+    concurrency: usize,
 ) -> Result<(Duration, BTreeMap<String, usize>)> {
     let kubeconfig = kubeconfig.to_path_buf();
     let started = Instant::now();
@@ -741,6 +749,7 @@ async fn cli_preflight(
         Command::new(env!("CARGO_BIN_EXE_quorumguard"))
             .args(["preflight", "-o", "json", "--etcd-transport=direct"])
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--probe-concurrency={concurrency}"))
             .stdin(Stdio::null())
             .output()
     })
@@ -894,6 +903,21 @@ pub fn table(f: &Figures) -> String {
         "{:<44} {:>12.2}\n",
         "  preflight CLI / steady sweep",
         f.cli_preflight.as_secs_f64() / f.steady_sweep.as_secs_f64()
+    );
+    out += &format!(
+        "{:<44} {:>10.2} s\n",
+        "  with --probe-concurrency 4x serve's",
+        f.cli_preflight_wide.as_secs_f64()
+    );
+    out += &format!(
+        "{:<44} {:>12.2}\n",
+        "  preflight CLI (4x) / steady sweep",
+        f.cli_preflight_wide.as_secs_f64() / f.steady_sweep.as_secs_f64()
+    );
+    out += &format!(
+        "{:<44} {:>12.2}\n",
+        "  preflight CLI / first (cold) sweep",
+        f.cli_preflight.as_secs_f64() / f.first_sweeps.as_secs_f64()
     );
     out += &format!("  its answers: {}\n", counted(&f.cli_readiness));
     out += &format!(

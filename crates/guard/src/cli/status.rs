@@ -42,9 +42,9 @@ pub use render::render_text;
 /// The schema identifier of [`StatusReport`].
 pub const SCHEMA: &str = "quorumguard.io/status/v1";
 
-/// Clusters probed at once (the sweep's default): a CLI run over `-A` should not open hundreds of
-/// etcd connections at the same time.
-const PROBE_CONCURRENCY: usize = 16;
+/// Clusters probed at once by default (the sweep's default): a CLI run over `-A` should not open
+/// hundreds of etcd connections at the same time unless asked to (`--probe-concurrency`).
+const PROBE_CONCURRENCY: u16 = 16;
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -102,6 +102,11 @@ pub struct ProbeArgs {
     /// every member in parallel). A frozen or dead member shows as unhealthy with its error.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = super::duration)]
     pub probe_timeout: Duration,
+    /// Workload clusters probed at once. A fleet's first probe opens a TLS connection per member
+    /// and reads each cluster's etcd CA Secret: more at once finishes sooner, at the cost of
+    /// more connections open together.
+    #[arg(long, value_name = "N", default_value_t = PROBE_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub probe_concurrency: u16,
     /// How to reach workload etcd when the Cluster has no `quorumguard.io/etcd-transport`
     /// annotation.
     #[arg(long, value_enum, default_value_t = TransportKind::default())]

@@ -10,8 +10,7 @@ use kube::Client;
 use super::mgmt::{Listed, Mgmt, Scope, kube_config};
 use super::select::{Unselected, clusters_elsewhere, select, unknown_cluster};
 use super::{
-    ControlPlaneStatus, PROBE_CONCURRENCY, ProbeArgs, ProbeOut, ProbeResult, SCHEMA, StatusArgs,
-    StatusReport,
+    ControlPlaneStatus, ProbeArgs, ProbeOut, ProbeResult, SCHEMA, StatusArgs, StatusReport,
 };
 use crate::cli::check::Report;
 use crate::engine::{Confirmation, ControlPlane, EtcdState, EtcdTopology, next_action};
@@ -190,7 +189,7 @@ pub(in crate::cli) async fn probe(
     let targets = state.probe_targets();
     let cfg = SweepConfig {
         deadline: args.probe_timeout,
-        concurrency: PROBE_CONCURRENCY,
+        concurrency: usize::from(args.probe_concurrency),
         transport: args.etcd_transport,
         confirmation: Confirmation {
             election_timeout: args.etcd_election_timeout,
@@ -200,7 +199,12 @@ pub(in crate::cli) async fn probe(
     // Each probe ends by its deadline (reading the Secret, then etcd), and a cluster is probed
     // at most `max_probes` times an election timeout apart while a finding is confirmed: this
     // outer bound only guards against a bug there, so that the command always ends.
-    let waves = u32::try_from(targets.len().div_ceil(PROBE_CONCURRENCY)).unwrap_or(u32::MAX);
+    let waves = u32::try_from(
+        targets
+            .len()
+            .div_ceil(usize::from(args.probe_concurrency.max(1))),
+    )
+    .unwrap_or(u32::MAX);
     let probes = u32::try_from(cfg.confirmation.max_probes()).unwrap_or(u32::MAX);
     let per_cluster = (args.probe_timeout * 2 + Duration::from_secs(5))
         + (args.probe_timeout + args.etcd_election_timeout).saturating_mul(probes);
