@@ -14,6 +14,8 @@
 mod check;
 #[path = "model/guard.rs"]
 mod guard;
+#[path = "model/predicts.rs"]
+mod predicts;
 #[path = "model/steps.rs"]
 mod steps;
 #[path = "model/world.rs"]
@@ -25,7 +27,7 @@ use std::time::{Duration, Instant};
 use quorumguard::engine::Confirmation;
 use stateright::{Checker, HasDiscoveries, Model};
 
-use check::{ADVICE, Checked, NO_FALSE_ALARM, NO_IDLE_WAIT, PROPERTIES, RECOVERS, SAFE};
+use check::{ADVICE, Checked, NO_FALSE_ALARM, NO_IDLE_WAIT, PREDICTS, PROPERTIES, RECOVERS, SAFE};
 use steps::{Bounds, Bugs, Config};
 use world::Style;
 
@@ -106,7 +108,12 @@ fn threads() -> usize {
 /// that does not hold.
 fn check_all(name: &str, cfg: Config) {
     let started = Instant::now();
-    let model = Checked::new(cfg);
+    // QG_MODEL_NO_CROSS_CHECK leaves the cross-check of preflight out (to time it).
+    let model = if std::env::var_os("QG_MODEL_NO_CROSS_CHECK").is_some() {
+        Checked::new(cfg)
+    } else {
+        Checked::cross_checked(cfg)
+    };
     let checker = model.checker().threads(threads()).spawn_bfs();
     let mut report = started + Duration::from_secs(30);
     while !checker.is_done() {
@@ -137,6 +144,42 @@ fn check_all(name: &str, cfg: Config) {
             failed.push(format!(
                 "{p}: counterexample\n{}",
                 checker.model().explain(&path)
+            ));
+        }
+    }
+    if let Some(x) = &checker.model().cross_check {
+        let f = x.figures();
+        println!(
+            "  {name}: preflight cross-checked on {} settled states (left out: {} CANNOT JUDGE, {} with a join preflight cannot judge, {} where the guard refuses the rollout), {} mismatches, {:.1} s (threads added up)",
+            f.compared,
+            f.cannot_judge,
+            f.join_unknowable,
+            f.rollout_refused,
+            f.mismatches.len(),
+            f.spent.as_secs_f64()
+        );
+        for m in &f.mismatches {
+            println!("{m}");
+        }
+        for which in [predicts::HOOK_LEARNER, predicts::HOOK_QUORUM] {
+            let open: Vec<&String> = f
+                .open
+                .iter()
+                .filter(|(w, _)| *w == which)
+                .map(|(_, m)| m)
+                .collect();
+            if open.is_empty() {
+                continue;
+            }
+            println!("  {name}: open difference, {} states: {which}", open.len());
+            for m in open {
+                println!("{m}");
+            }
+        }
+        if !f.mismatches.is_empty() {
+            failed.push(format!(
+                "{PREDICTS}: {} mismatches (printed above)",
+                f.mismatches.len()
             ));
         }
     }

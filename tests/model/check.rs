@@ -10,6 +10,7 @@ use quorumguard::status::conditions;
 use stateright::{Model, Path, Property};
 
 use crate::guard::{Fresh, Who};
+use crate::predicts::CrossCheck;
 use crate::steps::{Action, Config, Say};
 use crate::world::*;
 
@@ -24,6 +25,9 @@ pub const RECOVERS: &str = "every state can still converge once failures stop";
 /// No wait without an end.
 pub const NO_IDLE_WAIT: &str = "no Wait* next action is published where nothing will move";
 
+/// preflight's prediction: checked beside the exploration, reported after it.
+pub const PREDICTS: &str = "preflight predicts the rollout the model plays";
+
 pub const PROPERTIES: [&str; 5] = [SAFE, ADVICE, NO_FALSE_ALARM, RECOVERS, NO_IDLE_WAIT];
 
 /// Rounds the liveness continuation may take, and how many in a row may change nothing the
@@ -37,6 +41,9 @@ pub struct Checked {
     memo: Arc<Mutex<HashMap<u64, bool>>>,
     /// State hash -> whether a published wait there ends.
     waits: Arc<Mutex<HashMap<u64, bool>>>,
+    /// Compares `preflight`'s prediction with the model's play over the settled states
+    /// (tests/model/predicts.rs), when asked for.
+    pub cross_check: Option<Arc<CrossCheck>>,
 }
 
 impl Checked {
@@ -45,6 +52,15 @@ impl Checked {
             cfg,
             memo: Arc::default(),
             waits: Arc::default(),
+            cross_check: None,
+        }
+    }
+
+    /// The same, with the cross-check of `preflight` against the model's play.
+    pub fn cross_checked(cfg: Config) -> Checked {
+        Checked {
+            cross_check: Some(Arc::default()),
+            ..Checked::new(cfg)
         }
     }
 
@@ -338,6 +354,13 @@ impl Model for Checked {
             Property::always(NO_FALSE_ALARM, |m, s| m.no_false_alarm(s)),
             Property::always(RECOVERS, |m, s| m.recovers(s)),
             Property::always(NO_IDLE_WAIT, |m, s| m.wait_ends(s)),
+            // Never fails here: the mismatches are collected and reported after the run.
+            Property::always(PREDICTS, |m, s| {
+                if let Some(x) = &m.cross_check {
+                    x.check(&m.cfg, s);
+                }
+                true
+            }),
         ]
     }
 }
