@@ -8,7 +8,8 @@
 //!    KCP's own check allows it (the voting members left, less the unhealthy ones, keep a
 //!    quorum, and no learner is listed), and no other hook holds the deletion.
 //! 2. A Machine without a node joins: `kubeadm join` adds its member as a learner (etcd takes
-//!    one learner at a time, and only with quorum), then the learner is promoted and the
+//!    one learner at a time, and adds a member only while every voting member is connected:
+//!    its strict reconfiguration check), then the learner is promoted and the
 //!    Machine has its node. A Machine that was already there and is past `--join-grace`
 //!    (no member) or `--learner-grace` (a learner) is taken as stopped, as the next action
 //!    does.
@@ -852,13 +853,23 @@ impl<'p> Sim<'p> {
                         ),
                     ));
                 }
-                if !self.has_quorum() {
+                // etcd's strict reconfiguration check (on by default) adds a member, learners
+                // too, only while the leader has been connected to every voting member.
+                if let Some(x) = self
+                    .members()
+                    .iter()
+                    .find(|x| !x.is_learner && !x.effective_health_ref().is_healthy())
+                {
                     let c = Counts::of(self.members());
                     return Err((
                         ReadyReason::MemberUnhealthy,
                         format!(
-                            "the join of Machine {ns}/{} cannot add its member: etcd has no quorum ({} healthy of {} voting, quorum {})",
-                            m.name, c.healthy, c.voting, c.quorum
+                            "the join of Machine {ns}/{} cannot add its member: etcd adds a member only while every voting member is connected, and {} ({}) is not healthy ({} healthy of {} voting)",
+                            m.name,
+                            x.shown_name(),
+                            x.id,
+                            c.healthy,
+                            c.voting
                         ),
                     ));
                 }
@@ -1305,6 +1316,23 @@ mod tests {
             }
             assert_eq!(light, full);
         }
+    }
+
+    #[test]
+    fn a_member_down_keeps_etcd_from_adding_the_next_learner() {
+        // One more failure right after KCP created the new Machine: quorum holds, but etcd's
+        // strict reconfiguration check refuses the join's member add until m1 is back.
+        let p = predict(&three());
+        assert_eq!(p.steps[0].kind, StepKind::Create);
+        let f = p.steps[0].one_failure.as_ref().expect("a member can fail");
+        assert_eq!(f.member, "m1");
+        assert!(f.quorum_kept, "{f:?}");
+        assert_eq!(f.sticks_at, Some(2), "{f:?}");
+        assert!(
+            f.text.contains("every voting member is connected"),
+            "{}",
+            f.text
+        );
     }
 
     #[test]
