@@ -388,7 +388,7 @@ impl Config {
                 n.left.leftovers = n.left.leftovers.checked_sub(1)?;
                 n.machine(*slot)
                     .filter(|m| !m.node && !m.deleting && !m.stalled)?;
-                if n.member(*slot).is_some() || !n.has_quorum() {
+                if n.member(*slot).is_some() || !n.may_add_member() {
                     return None;
                 }
                 let learner = n.style == Style::Current;
@@ -578,7 +578,7 @@ fn join(n: &mut State, slot: u8, say: &mut Say) -> Option<()> {
         // Its member was added and removed since: kubeadm does not add another.
         None if n.machine(slot)?.member_added => return None,
         None => {
-            if !n.has_quorum() {
+            if !n.may_add_member() {
                 return None;
             }
             n.machine_mut(slot)?.member_added = true;

@@ -263,6 +263,17 @@ impl State {
         self.voting() > 0 && self.healthy() >= quorum(self.voting())
     }
 
+    /// Whether etcd adds a member now: with quorum, and (its strict reconfiguration check, on
+    /// by default) only while the leader is connected to every voting member, so none may be
+    /// down or never started.
+    pub fn may_add_member(&self) -> bool {
+        self.has_quorum()
+            && self
+                .members
+                .iter()
+                .all(|m| m.learner || (m.started && m.up))
+    }
+
     /// Objects the cache shows differently from the API server.
     pub fn cache_lag(&self) -> usize {
         let mut slots: Vec<u8> = self.machines.iter().map(|m| m.slot).collect();
