@@ -4,6 +4,9 @@
 //! its API, the person's Machine delete refused (403) in its audit log, every admission call
 //! the timeline shows made by kube-apiserver through the recording relay.
 //!
+//! Then `preflight`'s prediction against what the simulated KCP did, for two starting states
+//! (healthy, a member frozen), as tests/playground/prediction.rs does on the stand-in.
+//!
 //! Skipped (one printed line) without `KUBEBUILDER_ASSETS`, required with
 //! `QUORUMGUARD_REQUIRE_ENVTEST` (tests/support/envtest.rs). Also: asking for the real server
 //! without its binaries fails at once with exit status 2 and says what is missing.
@@ -16,10 +19,11 @@ use std::time::Instant;
 
 use kube::api::{Api, DynamicObject};
 use quorumguard::playground::apiserver::kcp_resource;
+use quorumguard::playground::prediction::{compare, predict_and_roll_out, side_by_side};
 use quorumguard::playground::scenarios;
 use quorumguard::playground::timeline::{Sink, Timeline};
 use quorumguard::playground::world::{
-    HUMAN, KCP, NAMESPACE, NEW_VERSION, RealApiPlan, World, WorldOptions, kcp_controller,
+    HUMAN, KCP, NAMESPACE, NEW_VERSION, RealApiPlan, Start, World, WorldOptions, kcp_controller,
 };
 use serde_json::Value;
 use support::envtest::{self, capi_crds_dir};
@@ -146,5 +150,57 @@ fn real_apiserver_without_its_binaries_says_what_is_missing() {
         out.stdout.is_empty(),
         "nothing started: {}",
         String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// `preflight`'s prediction against what the simulated KCP did, on the real kube-apiserver
+/// (the objects pass the CRDs' schemas, kube-apiserver calls the webhook, the server stamps the
+/// Machines' creation times): as tests/playground/prediction.rs does on the stand-in.
+fn prediction_on_a_real_apiserver(test: &str, start: Start) {
+    let Some(assets) = envtest::assets(test) else {
+        return;
+    };
+    let _etcd = support::etcd::slot();
+    let _apiserver = envtest::slot();
+    support::etcd::runtime().block_on(async {
+        let dir = TempDir::new("pg-real-predict");
+        let started = Instant::now();
+        let options = WorldOptions {
+            real_api: Some(RealApiPlan {
+                assets,
+                crds: capi_crds_dir(),
+            }),
+            ..WorldOptions::new(dir.path().to_path_buf())
+        };
+        let world = Arc::new(
+            World::start(options, |_| {})
+                .await
+                .expect("the playground starts on the real API server"),
+        );
+        let (p, happened) = predict_and_roll_out(&world, start)
+            .await
+            .expect("predict and roll out");
+        println!(
+            "{start:?} on a real kube-apiserver:\n{}took {:.1}s in all",
+            side_by_side(&p, &happened),
+            started.elapsed().as_secs_f64()
+        );
+        world.shutdown().await;
+        if let Err(both) = compare(&p, &happened) {
+            panic!("{start:?}: the prediction and what happened differ:\n{both}");
+        }
+    });
+}
+
+#[test]
+fn prediction_healthy_on_a_real_apiserver() {
+    prediction_on_a_real_apiserver("prediction_healthy_on_a_real_apiserver", Start::Healthy);
+}
+
+#[test]
+fn prediction_member_frozen_on_a_real_apiserver() {
+    prediction_on_a_real_apiserver(
+        "prediction_member_frozen_on_a_real_apiserver",
+        Start::MemberFrozen,
     );
 }
