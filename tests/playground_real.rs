@@ -19,7 +19,8 @@ use std::time::Instant;
 
 use kube::api::{Api, DynamicObject};
 use quorumguard::playground::apiserver::kcp_resource;
-use quorumguard::playground::prediction::{compare, predict_and_roll_out, side_by_side};
+use quorumguard::playground::prediction::check_prediction;
+use quorumguard::playground::realapi::Assets;
 use quorumguard::playground::scenarios;
 use quorumguard::playground::timeline::{Sink, Timeline};
 use quorumguard::playground::world::{
@@ -28,6 +29,22 @@ use quorumguard::playground::world::{
 use serde_json::Value;
 use support::envtest::{self, capi_crds_dir};
 use support::https::TempDir;
+
+/// The playground's world on a real kube-apiserver with `assets`, in `dir`.
+async fn real_world(assets: Assets, dir: &TempDir) -> Arc<World> {
+    let options = WorldOptions {
+        real_api: Some(RealApiPlan {
+            assets,
+            crds: capi_crds_dir(),
+        }),
+        ..WorldOptions::new(dir.path().to_path_buf())
+    };
+    Arc::new(
+        World::start(options, |_| {})
+            .await
+            .expect("the playground starts on the real API server"),
+    )
+}
 
 #[test]
 fn upgrade_stuck_on_a_real_apiserver() {
@@ -39,18 +56,7 @@ fn upgrade_stuck_on_a_real_apiserver() {
     support::etcd::runtime().block_on(async {
         let dir = TempDir::new("pg-real");
         let started = Instant::now();
-        let options = WorldOptions {
-            real_api: Some(RealApiPlan {
-                assets,
-                crds: capi_crds_dir(),
-            }),
-            ..WorldOptions::new(dir.path().to_path_buf())
-        };
-        let world = Arc::new(
-            World::start(options, |_| {})
-                .await
-                .expect("the playground starts on the real API server"),
-        );
+        let world = real_world(assets, &dir).await;
         assert!(world.api.stand_in().is_none());
         let before = world.webhooks.call_count();
         let tl = Timeline::new(Sink::Memory);
@@ -164,30 +170,9 @@ fn prediction_on_a_real_apiserver(test: &str, start: Start) {
     let _apiserver = envtest::slot();
     support::etcd::runtime().block_on(async {
         let dir = TempDir::new("pg-real-predict");
-        let started = Instant::now();
-        let options = WorldOptions {
-            real_api: Some(RealApiPlan {
-                assets,
-                crds: capi_crds_dir(),
-            }),
-            ..WorldOptions::new(dir.path().to_path_buf())
-        };
-        let world = Arc::new(
-            World::start(options, |_| {})
-                .await
-                .expect("the playground starts on the real API server"),
-        );
-        let (p, happened) = predict_and_roll_out(&world, start)
-            .await
-            .expect("predict and roll out");
-        println!(
-            "{start:?} on a real kube-apiserver:\n{}took {:.1}s in all",
-            side_by_side(&p, &happened),
-            started.elapsed().as_secs_f64()
-        );
-        world.shutdown().await;
-        if let Err(both) = compare(&p, &happened) {
-            panic!("{start:?}: the prediction and what happened differ:\n{both}");
+        let world = real_world(assets, &dir).await;
+        if let Err(e) = check_prediction(&world, test, start).await {
+            panic!("{e}");
         }
     });
 }

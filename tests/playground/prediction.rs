@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use quorumguard::engine::rollout::{Readiness, StepKind};
 use quorumguard::playground::kcp::{KcpController, Step};
 use quorumguard::playground::prediction::{
-    STUCK_AFTER, compare, controller, predict, predict_and_roll_out, quorum_kept, real_names,
-    side_by_side, start_rollout, wait_healthy, wait_published,
+    STUCK_AFTER, check_prediction, controller, predict, quorum_kept, real_names, start_rollout,
+    wait_healthy, wait_published,
 };
 use quorumguard::playground::world::{Start, World, WorldOptions};
 
@@ -44,20 +44,10 @@ async fn world(members: usize, dir: &TempDir) -> Arc<World> {
 fn prediction_matches(name: &str, members: usize, start: Start) {
     let _slot = support::etcd::slot();
     support::etcd::runtime().block_on(async {
-        let started = Instant::now();
         let dir = TempDir::new("pg-predict");
         let world = world(members, &dir).await;
-        let (p, happened) = predict_and_roll_out(&world, start)
-            .await
-            .expect("predict and roll out");
-        println!(
-            "{name} ({members} members, {start:?}):\n{}took {:.1}s in all",
-            side_by_side(&p, &happened),
-            started.elapsed().as_secs_f64()
-        );
-        world.shutdown().await;
-        if let Err(both) = compare(&p, &happened) {
-            panic!("{name}: the prediction and what happened differ:\n{both}");
+        if let Err(e) = check_prediction(&world, name, start).await {
+            panic!("{e}");
         }
     });
 }

@@ -85,6 +85,23 @@ pub async fn predict_and_roll_out(
     Ok((p, happened))
 }
 
+/// [`predict_and_roll_out`] for the starting state `name`, the prediction and what happened
+/// printed side by side, the world shut down; then [`compare`]'s verdict (an error also when
+/// the world failed).
+pub async fn check_prediction(world: &Arc<World>, name: &str, start: Start) -> Result<(), String> {
+    let started = Instant::now();
+    let played = predict_and_roll_out(world, start).await;
+    world.shutdown().await;
+    let (p, happened) = played.map_err(|e| format!("{name}: {e}"))?;
+    println!(
+        "{name} ({start:?}):\n{}took {:.1}s in all",
+        side_by_side(&p, &happened),
+        started.elapsed().as_secs_f64()
+    );
+    compare(&p, &happened)
+        .map_err(|both| format!("{name}: the prediction and what happened differ:\n{both}"))
+}
+
 /// A person starts the rollout: `spec.version` set to [`NEW_VERSION`] through the API (and
 /// so through the webhook).
 pub async fn start_rollout(world: &World) -> Result<(), WorldError> {
