@@ -1,4 +1,4 @@
-//! [`Style::Current`]: KCP of today. Its decisions are the engine's model of KCP
+//! [`super::Style::Current`]: KCP of today. Its decisions are the engine's model of KCP
 //! ([`kcp::reconcile`], the step function `quorumguard preflight` plays a rollout with), fed
 //! from what is real, and carried out one action per step, in the order `preflight` plays them:
 //! 1. a Machine being deleted finishes: the Machine controller runs KCP's pre-terminate hook,
