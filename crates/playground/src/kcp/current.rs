@@ -348,33 +348,29 @@ impl KcpController {
                 let _progress = self
                     .timeline
                     .progress(&format!("etcd member {name} joining as a learner"));
+                // etcd's answer to the add; then whether the new member came up in time. Once
+                // added, its process runs: the join happened, and a member slow to come up (its
+                // peers busy or frozen) is the promotion's business.
                 let added = self
                     .world
-                    .etcd(move |e| -> Result<(), EtcdError> {
+                    .etcd(move |e| -> Result<Result<(), EtcdError>, EtcdError> {
                         let i = e.add_learner(&joining)?;
-                        e.start_member(i)
+                        Ok(e.start_member(i))
                     })
                     .await?;
-                if let Err(e) = added {
-                    let text = e.to_string();
-                    let reason = if text.contains("too many learner") {
-                        ReadyReason::LeftoverMember
-                    } else {
-                        ReadyReason::MemberUnhealthy
-                    };
-                    return Ok(Move::Held(
-                        reason,
-                        format!(
-                            "the join of Machine {NAMESPACE}/{name} cannot add its member: etcd says: {}",
-                            etcd_words(&text)
-                        ),
-                    ));
-                }
+                let slow = match added {
+                    Ok(Ok(())) => String::new(),
+                    Ok(Err(e)) => format!(
+                        " (it has not come up yet: {})",
+                        e.to_string().lines().next().unwrap_or_default()
+                    ),
+                    Err(e) => return Ok(refused_join(&name, &e)),
+                };
                 self.world.refresh_endpoints().await?;
                 Ok(Move::Acted(
                     StepKind::Join,
                     name.clone(),
-                    format!("the node of Machine {NAMESPACE}/{name} joins etcd as a learner"),
+                    format!("the node of Machine {NAMESPACE}/{name} joins etcd as a learner{slow}"),
                 ))
             }
             Some(x) => {
@@ -475,6 +471,23 @@ impl KcpController {
             }
         })
     }
+}
+
+/// etcd refused to add a joining Machine's member: its words, and `preflight`'s name for it.
+fn refused_join(name: &str, e: &EtcdError) -> Move {
+    let text = e.to_string();
+    let reason = if text.contains("too many learner") {
+        ReadyReason::LeftoverMember
+    } else {
+        ReadyReason::MemberUnhealthy
+    };
+    Move::Held(
+        reason,
+        format!(
+            "the join of Machine {NAMESPACE}/{name} cannot add its member: etcd says: {}",
+            etcd_words(&text)
+        ),
+    )
 }
 
 /// etcd's own words in an etcdctl failure: its `Error:` line (etcdctl prints its JSON log
