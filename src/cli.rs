@@ -23,7 +23,7 @@ pub enum Command {
     /// Replay a story on a local playground (real etcd, the webhook, the status publisher, an
     /// API-server stand-in; no Kubernetes cluster needed), or keep it running for kubectl.
     #[cfg(feature = "playground")]
-    #[command(display_order = 4)]
+    #[command(display_order = 5)]
     Playground(quorumguard_playground::cli::PlaygroundArgs),
 }
 

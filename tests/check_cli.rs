@@ -86,14 +86,22 @@ impl Run {
 }
 
 fn check<S: AsRef<str>>(args: &[S]) -> Run {
+    quorumguard("check", args)
+}
+
+/// `quorumguard <command> args`, with none of the dump flags' environment variables and no
+/// kubeconfig: only what the arguments name is read.
+fn quorumguard<S: AsRef<str>>(command: &str, args: &[S]) -> Run {
     let mut cmd = Command::new(BIN);
-    cmd.arg("check");
+    cmd.arg(command);
     for a in args {
         cmd.arg(a.as_ref());
     }
     for v in ENV {
         cmd.env_remove(v);
     }
+    cmd.env_remove("KUBECONFIG")
+        .env("HOME", Path::new(env!("CARGO_TARGET_TMPDIR")));
     let out = cmd.output().expect("quorumguard runs");
     Run {
         code: out.status.code().unwrap_or(-1),
@@ -819,4 +827,327 @@ fn readme_example_stuck_upgrade() {
         "{}",
         run.stdout
     );
+}
+
+/// `quorumguard preflight` offline: the same dumps, the same flags, a prediction of the rollout a
+/// version change would start. Here rather than in a test binary of its own: it reuses this
+/// file's fixtures and helpers, and every test binary costs CI a link.
+mod preflight {
+    use super::*;
+
+    fn preflight<S: AsRef<str>>(args: &[S]) -> Run {
+        quorumguard("preflight", args)
+    }
+
+    fn with(objects_file: &str, scenario: &str, extra: &[&str]) -> Run {
+        let mut args = vec!["--objects".to_string(), objects(objects_file)];
+        args.extend(etcd_args(scenario));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        preflight(&args)
+    }
+
+    const LINE: &str = "demo/demo-control-plane  ";
+
+    #[test]
+    fn healthy_is_ready_and_exits_0() {
+        let run = with("healthy.yaml", "healthy", &[]);
+        assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+        let lines: Vec<&str> = run.stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "{}", run.stdout);
+        assert!(
+            lines[0].starts_with(&format!(
+                "{LINE}READY: 15 steps, each keeping a fault tolerance of at least 1"
+            )),
+            "{}",
+            run.stdout
+        );
+        assert!(
+            lines[1].starts_with(
+                "  next: Nothing holds the rollout of KubeadmControlPlane demo/demo-control-plane"
+            ),
+            "{}",
+            run.stdout
+        );
+    }
+
+    #[test]
+    fn a_member_down_would_stick_at_step_1_and_exits_1() {
+        let run = with("healthy.yaml", "one-stopped", &[]);
+        assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+        let out = &run.stdout;
+        assert!(
+            out.starts_with(&format!(
+                "{LINE}WOULD STICK at step 1/15: etcd member cp-node-2"
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains("KCP's preflight holds every scale operation"),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!(
+                "  next: Machine demo/{M2} has an unhealthy etcd member"
+            )),
+            "{out}"
+        );
+        assert!(out.contains("cluster.x-k8s.io/remediate-machine"), "{out}");
+    }
+
+    /// One replica: the dumps of the healthy cluster cut down to cp-node-1 and its Machine.
+    fn one_replica(dir: &Path) -> Vec<String> {
+        let text = std::fs::read_to_string(objects("healthy.yaml")).unwrap();
+        let mut list: Value = serde_yaml::from_str(&text).unwrap();
+        let items = list["items"].as_array_mut().unwrap();
+        items.retain(|o| o["kind"] != "Machine" || o["metadata"]["name"] == M1);
+        for o in items
+            .iter_mut()
+            .filter(|o| o["kind"] == "KubeadmControlPlane")
+        {
+            o["spec"]["replicas"] = 1.into();
+        }
+        let read = |f: &str| -> Value {
+            serde_json::from_str(&std::fs::read_to_string(etcd("healthy", f)).unwrap()).unwrap()
+        };
+        let mut members = read("member-list.json");
+        members["members"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|m| m["name"] == "cp-node-1");
+        let url = members["members"][0]["clientURLs"][0].clone();
+        let mut status = read("endpoint-status.json");
+        status
+            .as_array_mut()
+            .unwrap()
+            .retain(|e| e["Endpoint"] == url);
+        let mut health = read("endpoint-health.json");
+        health
+            .as_array_mut()
+            .unwrap()
+            .retain(|e| e["endpoint"] == url);
+        let mut args = Vec::new();
+        for (flag, file, v) in [
+            ("--objects", "objects.json", list),
+            ("--member-list", "member-list.json", members),
+            ("--endpoint-status", "endpoint-status.json", status),
+            ("--endpoint-health", "endpoint-health.json", health),
+        ] {
+            let path = dir.join(file);
+            std::fs::write(&path, serde_json::to_string(&v).unwrap()).unwrap();
+            args.extend([flag.to_string(), path.display().to_string()]);
+        }
+        args
+    }
+
+    #[test]
+    fn one_replica_finishes_but_is_unsafe_from_the_start_and_exits_1() {
+        let args = one_replica(&scratch("preflight-one-replica"));
+        let run = preflight(&args);
+        assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+        assert!(run.stderr.is_empty(), "{}", run.stderr);
+        let out = &run.stdout;
+        assert!(
+            out.starts_with(&format!(
+                "{LINE}UNSAFE at step 1/5: already before the first step: fault tolerance 0 (1 healthy of 1 voting members, quorum 1)"
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains("kubectl scale kcp -n demo demo-control-plane --replicas=3"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn unknown_health_cannot_be_judged_and_exits_2() {
+        let run = preflight(&[
+            "--objects",
+            &objects("healthy.yaml"),
+            "--member-list",
+            &etcd("healthy", "member-list.json"),
+        ]);
+        assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+        assert!(
+            run.stdout.starts_with(&format!(
+                "{LINE}CANNOT JUDGE: the health of etcd member cp-node-"
+            )),
+            "{}",
+            run.stdout
+        );
+        assert!(
+            run.stdout
+                .contains("is unknown: probe again (offline: add the endpoint status and health dumps) before predicting"),
+            "{}",
+            run.stdout
+        );
+    }
+
+    #[test]
+    fn steps_prints_the_table_of_steps() {
+        let run = with("healthy.yaml", "healthy", &["--steps"]);
+        assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+        let out = &run.stdout;
+        println!("{out}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].starts_with(
+                "KubeadmControlPlane demo/demo-control-plane (Cluster demo): READY: 15 steps"
+            ),
+            "{out}"
+        );
+        let header: Vec<&str> = lines[2]
+            .split("  ")
+            .filter(|c| !c.is_empty())
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            header,
+            [
+                "#",
+                "ACTION",
+                "V/H/L",
+                "QUORUM",
+                "FT",
+                "WEBHOOK",
+                "IF ONE MORE MEMBER FAILS HERE"
+            ],
+            "{out}"
+        );
+        let rows: Vec<&str> = lines[3..]
+            .iter()
+            .copied()
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert_eq!(rows.len(), 16, "a start row and 15 steps:\n{out}");
+        assert!(rows[0].starts_with("0   (before the rollout)"), "{out}");
+        assert!(rows[0].contains("  3/3/0  2       1   -"), "{out}");
+        assert!(
+            rows[1].starts_with(
+                "1   KCP scales up: creates Machine demo-control-plane-new1 of the new version"
+            ),
+            "{out}"
+        );
+        assert!(rows[2].contains("joins etcd as a learner"), "{out}");
+        assert!(rows[2].contains("  3/3/1  "), "{out}");
+        assert!(rows[3].contains("  4/4/0  3       1   "), "{out}");
+        // The oldest outdated Machine goes first, and the guard allows KCP's deletion.
+        assert!(
+            rows[4].starts_with(&format!("4   KCP deletes Machine {M1}")),
+            "{out}"
+        );
+        assert!(rows[4].contains("allowed ("), "{out}");
+        assert!(
+            rows[5].contains("pre-terminate hook removes the etcd member"),
+            "{out}"
+        );
+        assert!(rows[5].contains("  3/3/0  2       1   "), "{out}");
+        assert!(rows[15].starts_with("15  "), "{out}");
+        for r in &rows[1..] {
+            assert!(r.contains(" fails: quorum kept"), "{r}\n{out}");
+        }
+        assert!(out.contains("\nnext: Nothing holds the rollout"), "{out}");
+
+        // A stuck rollout: the start row, then the step that cannot happen.
+        let run = with("healthy.yaml", "one-stopped", &["--steps"]);
+        assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+        assert!(
+            run.stdout
+                .contains("0  (before the rollout)             3/2/0  2       0"),
+            "{}",
+            run.stdout
+        );
+        assert!(
+            run.stdout.contains("\n1  STICKS: MemberUnhealthy (above)"),
+            "{}",
+            run.stdout
+        );
+    }
+
+    #[test]
+    fn json_parses_with_every_field() {
+        let run = with("healthy.yaml", "one-stopped", &["-o", "json"]);
+        assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+        let v = run.json();
+        assert_eq!(v["schema"], "quorumguard.io/preflight/v1");
+        let cps = v["controlPlanes"].as_array().unwrap();
+        assert_eq!(cps.len(), 1);
+        let c = &cps[0];
+        assert_eq!(c["kcp"], "demo/demo-control-plane");
+        assert_eq!(c["cluster"], "demo");
+        assert_eq!(c["readiness"], "WouldStick");
+        assert_eq!(c["at"], 1);
+        assert_eq!(c["of"], 15);
+        assert_eq!(c["reason"], "MemberUnhealthy");
+        assert!(
+            c["summary"]
+                .as_str()
+                .unwrap()
+                .starts_with("WOULD STICK at step 1/15: ")
+        );
+        assert_eq!(c["total"], 15);
+        assert_eq!(
+            c["start"],
+            serde_json::json!({"voting": 3, "healthy": 2, "learners": 0, "quorum": 2, "faultTolerance": 0})
+        );
+        assert_eq!(c["steps"], serde_json::json!([]));
+        assert_eq!(c["nextAction"]["code"], "RemediateMachine");
+        assert_eq!(c["nextAction"]["target"], M2);
+        assert_eq!(c["probe"], Value::Null);
+        assert!(
+            v["warnings"].as_array().unwrap()[0]
+                .as_str()
+                .unwrap()
+                .contains("endpoint status has no entry for member cp-node-2")
+        );
+
+        let run = with("healthy.yaml", "healthy", &["-o", "json", "--steps"]);
+        assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+        let c = &run.json()["controlPlanes"][0];
+        assert_eq!(c["readiness"], "Ready");
+        assert_eq!(c["at"], Value::Null);
+        let steps = c["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), 15);
+        let kinds: Vec<&str> = steps.iter().map(|s| s["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds[..5],
+            ["create", "join", "promote", "delete", "removed"]
+        );
+        assert_eq!(steps[3]["machine"], M1);
+        assert!(
+            steps[3]["webhook"]
+                .as_str()
+                .unwrap()
+                .starts_with("allowed (")
+        );
+        assert_eq!(steps[0]["webhook"], Value::Null);
+        assert_eq!(steps[2]["counts"]["voting"], 4);
+        let f = &steps[0]["oneFailure"];
+        assert_eq!(f["quorumKept"], true);
+        assert!(f["member"].is_string() && f["text"].is_string(), "{f:#}");
+        assert!(f.get("sticksAt").is_some(), "{f:#}");
+    }
+
+    #[test]
+    fn dump_flags_go_together_and_exclude_the_management_cluster() {
+        let run = preflight(&["--objects", &objects("healthy.yaml")]);
+        assert_bad_input(&run, &["--member-list"]);
+        let run = preflight(&[
+            "--endpoint-status",
+            &etcd("healthy", "endpoint-status.json"),
+        ]);
+        assert_bad_input(&run, &["--objects"]);
+        let run = with("healthy.yaml", "healthy", &["-n", "demo"]);
+        assert_bad_input(&run, &["cannot be used with"]);
+        let run = with("healthy.yaml", "healthy", &["--kubeconfig", "/nowhere"]);
+        assert_bad_input(&run, &["cannot be used with"]);
+        // --kcp picks one of several, as in check.
+        let run = with("healthy.yaml", "healthy", &["--kcp", "nope"]);
+        assert_bad_input(&run, &["no KubeadmControlPlane \"nope\""]);
+        let run = with(
+            "healthy.yaml",
+            "healthy",
+            &["--kcp", "demo/demo-control-plane"],
+        );
+        assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    }
 }

@@ -8,10 +8,11 @@
 //!   row in that command's flag table in docs/, with the same default and the same environment
 //!   variable as `--help` shows; every flag a table names exists, and so does every flag of a
 //!   `quorumguard <command> ...` command line anywhere in the docs (code blocks and code spans).
-//! - **Codes.** Every admission reason (`Reason::ALL`), next action (`ActionCode::ALL`) and
-//!   EtcdQuorum reason (`QuorumReason::ALL`) is in a code table of README.md or docs/ (a column
-//!   headed `Reason`, `Next action` or `EtcdQuorum reason`), and every code such a column names
-//!   exists.
+//! - **Codes.** Every admission reason (`Reason::ALL`), next action (`ActionCode::ALL`),
+//!   EtcdQuorum reason (`QuorumReason::ALL`) and rollout prediction reason (`ReadyReason::ALL`)
+//!   is in a code table of README.md or docs/ (a column headed `Reason`, `Next action`,
+//!   `EtcdQuorum reason`, `Rollout reason` or `Preflight reason`), and every code such a column
+//!   names exists.
 //! - **CamelCase.** Every backticked CamelCase word in README.md and docs/ is a code, an alert of
 //!   the PrometheusRule, or one of a few names listed here: a renamed code cannot linger in prose.
 //!
@@ -32,6 +33,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use quorumguard::engine::rollout::ReadyReason;
 use quorumguard::engine::{ActionCode, Reason};
 use quorumguard::status::conditions::QuorumReason;
 
@@ -945,7 +947,13 @@ fn command_lines_in_the_docs_use_flags_that_exist() {
 }
 
 /// The kinds of codes, by the header of the table column that lists them.
-const CODE_COLUMNS: [&str; 3] = ["Reason", "Next action", "EtcdQuorum reason"];
+const CODE_COLUMNS: [&str; 5] = [
+    "Reason",
+    "Next action",
+    "EtcdQuorum reason",
+    "Rollout reason",
+    "Preflight reason",
+];
 
 fn codes_of(column: &str) -> BTreeSet<String> {
     match column {
@@ -955,6 +963,10 @@ fn codes_of(column: &str) -> BTreeSet<String> {
             .map(|a| a.as_str().to_string())
             .collect(),
         "EtcdQuorum reason" => QuorumReason::ALL
+            .iter()
+            .map(|r| r.as_str().to_string())
+            .collect(),
+        "Rollout reason" | "Preflight reason" => ReadyReason::ALL
             .iter()
             .map(|r| r.as_str().to_string())
             .collect(),
@@ -1002,7 +1014,7 @@ fn every_code_is_documented_and_every_documented_code_exists() {
 
 /// Backticked CamelCase words the docs may use that are not codes: kinds, types and values
 /// named in passing.
-const NOT_CODES: [&str; 5] = [
+const NOT_CODES: [&str; 7] = [
     // kube's type the review decoder builds (docs/benchmarks.md).
     "AdmissionRequest",
     // The engine's types: its input (docs/rules.md) and the codes' own enums
@@ -1012,6 +1024,9 @@ const NOT_CODES: [&str; 5] = [
     "QuorumReason",
     // A `quorumguard status -o json` probe result (docs/status.md).
     "NotProbed",
+    // `quorumguard preflight -o json` readiness values (docs/preflight.md).
+    "WouldStick",
+    "CannotJudge",
 ];
 
 /// Alert names of the PrometheusRule (`- alert: Name`).

@@ -12,8 +12,9 @@
 //!   the engine has;
 //! - every metric, label and label value that the rules and the dashboard's queries use exists
 //!   in the `/metrics` of a running `serve` that has probed a real 3-member etcd cluster (TLS on
-//!   loopback) through the API-server stand-in, holds the Lease, and has answered a denial and a
-//!   break-glass review; then promtool evaluates every dashboard query and every selector on
+//!   loopback) through the API-server stand-in for two control planes (one whose rollout would
+//!   stick), holds the Lease, and has answered a denial and a break-glass review (and the
+//!   rollout verdicts and reasons the component names are the guard's); then promtool evaluates every dashboard query and every selector on
 //!   those series, as Prometheus would store them from the ServiceMonitor, and each must
 //!   return data.
 //!
@@ -31,8 +32,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use quorumguard::engine::Reason;
+use quorumguard::engine::rollout::ReadyReason;
 use quorumguard::lease::LeaseConfig;
 use quorumguard::server::{self, Running, StatusConfig};
+use quorumguard::status::metrics::RolloutVerdict;
 use quorumguard::status::publish::PublishConfig;
 use quorumguard::status::{CONDITION_ETCD_QUORUM, QuorumReason};
 use serde_json::{Value, json};
@@ -50,6 +53,8 @@ const RUNBOOK_URL: &str = "https://github.com/quorumguard/quorumguard/blob/main/
 const JOB: &str = "quorumguard-metrics";
 const GUARD_NS: &str = "quorumguard-system";
 const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+/// The workload cluster whose rollout would stick, beside the fixtures' `test`.
+const STUCK: &str = "stuck";
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -684,6 +689,8 @@ fn the_dashboard_parses_and_every_panel_queries_prometheus() {
         "admission latency",
         "lease holder",
         "certificate expires",
+        "rollout readiness",
+        "by rollout verdict",
     ] {
         assert!(
             titles.iter().any(|t| t.contains(wanted)),
@@ -770,6 +777,7 @@ fn every_alert_is_labelled_annotated_and_has_its_runbook_section() {
     let mut known = action_codes();
     known.extend(Reason::ALL.iter().map(|r| r.as_str().to_string()));
     known.extend(QuorumReason::ALL.iter().map(|r| r.as_str().to_string()));
+    known.extend(ReadyReason::ALL.iter().map(|r| r.as_str().to_string()));
     known.extend(names.iter().cloned());
     // Kinds and Cluster API's own names the runbook may quote.
     known.extend(
@@ -796,6 +804,47 @@ fn every_alert_is_labelled_annotated_and_has_its_runbook_section() {
         unknown.is_empty(),
         "codes in docs/runbook.md the engine lacks: {unknown:?}"
     );
+}
+
+/// The `verdict` and `reason` values of `quorumguard_rollout_ready` that the rules, the dashboard
+/// and the promtool tests name are ones serve exports (a misspelt value matches nothing, and
+/// an alert on it never fires).
+#[test]
+fn rollout_label_values_are_the_guards() {
+    let verdicts: BTreeSet<&str> = RolloutVerdict::ALL.iter().map(|v| v.as_str()).collect();
+    let reasons: BTreeSet<&str> = ReadyReason::ALL.iter().map(|r| r.as_str()).collect();
+    let dir = monitoring_dir();
+    let mut files = vec![dir.join("prometheusrule.yaml"), dir.join("dashboard.json")];
+    files.extend(
+        fs::read_dir(dir.join("tests"))
+            .expect("tests dir")
+            .map(|e| e.expect("entry").path()),
+    );
+    let mut named = 0;
+    for f in files {
+        let text = fs::read_to_string(&f).expect("read").replace("\\\"", "\"");
+        for line in text
+            .lines()
+            .filter(|l| l.contains("quorumguard_rollout_ready"))
+        {
+            for (label, known) in [("verdict", &verdicts), ("reason", &reasons)] {
+                for (at, _) in line.match_indices(label) {
+                    let rest = line[at + label.len()..].trim_start_matches(['!', '=', '~']);
+                    let Some(value) = rest.strip_prefix('"') else {
+                        continue;
+                    };
+                    let value = value.split('"').next().unwrap_or_default();
+                    named += 1;
+                    assert!(
+                        known.contains(value),
+                        "{}: {label} {value:?} is not one serve exports ({known:?})",
+                        f.display()
+                    );
+                }
+            }
+        }
+    }
+    assert!(named >= 8, "{named} values checked");
 }
 
 /// `promtool check rules` and `promtool test rules` on the PrometheusRule's groups, with every
@@ -959,6 +1008,18 @@ async fn metrics_of_a_serve_that_probed_etcd() -> String {
     let etcd = EtcdCluster::start(3);
     let api = ApiServer::start().await.expect("stand-in");
     let members = seed::control_plane(&api, &etcd, seed::direct_to(&etcd), |_| {});
+    // A second control plane over the same etcd whose KCP claims two of its three members: its
+    // rollout would stick (LeftoverMember), so the not-ready rollout series that the alert and
+    // the dashboard's table read are served too.
+    seed::cluster(
+        &api,
+        NS,
+        STUCK,
+        seed::direct_to(&etcd),
+        &members[..2],
+        Some(&etcd.pki),
+        |_| {},
+    );
     let dir = TempDir::new("monitoring");
     let pki = TestPki::new(dir.path());
     let identity = "quorumguard-0";
@@ -992,6 +1053,19 @@ async fn metrics_of_a_serve_that_probed_etcd() -> String {
                 cs.iter()
                     .any(|c| c["type"] == CONDITION_ETCD_QUORUM && c["reason"] == "Healthy")
             })
+        },
+    )
+    .await;
+    seed::wait_for(
+        "the second KCP's EtcdQuorum published",
+        Duration::from_secs(30),
+        || {
+            let kcp = api
+                .get(&kcp_resource(), NS, &format!("{STUCK}-controlplane"))
+                .expect("kcp");
+            kcp["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == CONDITION_ETCD_QUORUM))
         },
     )
     .await;

@@ -1,7 +1,8 @@
 //! The scale benchmark's machinery (`cargo bench --bench scale`) at smoke size: 5 KCPs on one
 //! single-member etcd, `quorumguard serve` as a child process. Functional facts only, no timing:
 //! every KCP gets both conditions (from a probe: no ProbeFailed), a steady cycle writes no KCP status
-//! and reads none, and every review under load is answered (after the first cycle with a real decision).
+//! and reads none, every review under load is answered (after the first cycle with a real decision),
+//! and every KCP has one rollout prediction series, measured after the steady sweep.
 
 #[path = "../benches/support/mod.rs"]
 mod support;
@@ -46,5 +47,22 @@ async fn smoke_run_publishes_every_kcp_and_a_steady_cycle_writes_nothing() {
     assert!(
         f.steady_sweep > std::time::Duration::ZERO,
         "the guard exports its sweep times: {report}"
+    );
+    // One member, one replica: the rollout finishes, but during it one more failure loses
+    // quorum. One series per KCP, and the prediction's time is exported for the bench's ratio.
+    assert_eq!(
+        f.rollout_verdicts,
+        [("unsafe FaultToleranceZero".to_string(), opts.kcps)].into(),
+        "{report}"
+    );
+    assert!(
+        f.steady_prediction > std::time::Duration::ZERO,
+        "the guard exports its prediction times: {report}"
+    );
+    // The CLI over the same fleet says what serve's metric says, for every KCP.
+    assert_eq!(
+        f.cli_readiness,
+        [("Unsafe FaultToleranceZero".to_string(), opts.kcps)].into(),
+        "{report}"
     );
 }

@@ -640,6 +640,23 @@ async fn e_kubectl_runs_it_as_a_plugin() {
     }
     assert!(r.stdout.contains("Next action: None"), "{}", r.both());
 
+    // preflight, the same way.
+    let r = run(kubectl, &["quorumguard", "preflight", "-n", NS], &env, home).await;
+    assert_eq!(r.code, 0, "{}", r.both());
+    assert!(
+        r.stdout.starts_with("capi-test/test-controlplane  READY: "),
+        "{}",
+        r.both()
+    );
+    let r = run(kubectl, &["quorumguard", "preflight", "--help"], &env, home).await;
+    assert_eq!(r.code, 0, "{}", r.both());
+    assert!(
+        r.stdout
+            .contains("Usage: kubectl quorumguard preflight [OPTIONS]"),
+        "{}",
+        r.both()
+    );
+
     let r = run(kubectl, &["quorumguard", "status", "--help"], &env, home).await;
     assert_eq!(r.code, 0, "{}", r.both());
     assert!(
@@ -667,6 +684,132 @@ async fn e_kubectl_runs_it_as_a_plugin() {
     assert_eq!(r.code, 2, "{}", r.both());
     assert!(
         r.stderr.contains("Usage: kubectl quorumguard status"),
+        "{}",
+        r.both()
+    );
+}
+
+/// `quorumguard preflight ARGS --kubeconfig KUBECONFIG`.
+async fn preflight(kubeconfig: &Path, args: &[&str]) -> Run {
+    let kc = kubeconfig.display().to_string();
+    let mut all = vec!["preflight", "--kubeconfig", kc.as_str()];
+    all.extend_from_slice(args);
+    let home = kubeconfig.parent().expect("the kubeconfig's directory");
+    run(Path::new(BIN), &all, &[], home).await
+}
+
+/// `preflight` online reads what `status` reads and probes the same way (it shares that code),
+/// so one test covers what is its own: the prediction from a live probe, the step table of one
+/// control plane, JSON, and the exit status for a healthy, a frozen and an unprobeable cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f_preflight_predicts_ready_then_would_stick_on_a_frozen_member() {
+    let (mut etcd, api, kubeconfig, members) = live("preflight").await;
+
+    // Every namespace by default: one healthy control plane, READY.
+    let r = preflight(&kubeconfig, &[]).await;
+    assert_eq!(r.code, 0, "{}", r.both());
+    println!("{}", r.stdout);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", r.both());
+    assert!(
+        lines[0].starts_with("capi-test/test-controlplane  READY: 15 steps"),
+        "{}",
+        r.both()
+    );
+    assert!(
+        lines[1].starts_with("  next: Nothing holds the rollout"),
+        "{}",
+        r.both()
+    );
+    // Piped: no progress line.
+    assert!(!r.stderr.contains("probing"), "{}", r.both());
+
+    let r = preflight(&kubeconfig, &["--steps", "--kcp", "test-controlplane"]).await;
+    assert_eq!(r.code, 0, "{}", r.both());
+    println!("{}", r.stdout);
+    assert!(
+        r.stdout.contains("0   (before the rollout)"),
+        "{}",
+        r.both()
+    );
+    assert!(
+        r.stdout.contains("4   KCP deletes Machine test-"),
+        "{}",
+        r.both()
+    );
+
+    let r = preflight(&kubeconfig, &["-n", NS, "-o", "json"]).await;
+    assert_eq!(r.code, 0, "{}", r.both());
+    let v = r.json();
+    assert_eq!(v["schema"], "quorumguard.io/preflight/v1");
+    let c = &v["controlPlanes"][0];
+    assert_eq!(c["kcp"], "capi-test/test-controlplane");
+    assert_eq!(c["readiness"], "Ready");
+    assert_eq!(c["steps"].as_array().expect("steps").len(), 15);
+    assert_eq!(c["probe"]["result"], "Observed");
+    assert_eq!(c["probe"]["transport"], "direct");
+
+    // A frozen follower (freezing the leader would add an election): KCP's preflight would hold
+    // the rollout at its first step.
+    let s = status(&kubeconfig, &["test", "-n", NS, "-o", "json"]).await;
+    assert_eq!(s.code, 0, "{}", s.both());
+    let frozen = s.json()["controlPlanes"][0]["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .find(|m| m["leader"] == false)
+        .and_then(|m| m["name"].as_str())
+        .expect("a follower")
+        .to_string();
+    etcd.freeze(etcd.index_of(&frozen));
+    let r = preflight(&kubeconfig, &["--probe-timeout", "1s"]).await;
+    assert_eq!(r.code, 1, "{}", r.both());
+    println!("{}", r.stdout);
+    assert!(
+        r.stdout.starts_with(&format!(
+            "capi-test/test-controlplane  WOULD STICK at step 1/15: etcd member {frozen} ("
+        )),
+        "{}",
+        r.both()
+    );
+    assert!(
+        r.stdout.contains("remediate-machine") && r.stdout.contains(&format!("test-{frozen}")),
+        "{}",
+        r.both()
+    );
+    etcd.thaw(etcd.index_of(&frozen));
+
+    // A second control plane whose etcd CA Secret is missing: it cannot be judged (exit 2), and
+    // --steps then needs --kcp.
+    seed::cluster(
+        &api,
+        OTHER_NS,
+        "other",
+        seed::direct_to(&etcd),
+        &members,
+        None,
+        |_| {},
+    );
+    let r = preflight(&kubeconfig, &[]).await;
+    assert_eq!(r.code, 2, "{}", r.both());
+    println!("{}", r.stdout);
+    assert!(
+        r.stdout.contains("capi-other/other-controlplane  CANNOT JUDGE: etcd's member list is unknown (Secret capi-other/other-etcd not found"),
+        "{}",
+        r.both()
+    );
+    let r = preflight(&kubeconfig, &["--steps"]).await;
+    assert_eq!(r.code, 2, "{}", r.both());
+    assert!(r.stdout.is_empty(), "{}", r.both());
+    assert!(
+        r.stderr.contains("--steps shows the steps of one KubeadmControlPlane, and 2 are selected (capi-other/other-controlplane, capi-test/test-controlplane)"),
+        "{}",
+        r.both()
+    );
+    let r = preflight(&kubeconfig, &["--kcp", "nope"]).await;
+    assert_eq!(r.code, 2, "{}", r.both());
+    assert!(
+        r.stderr.contains("no KubeadmControlPlane \"nope\" in any namespace; there are: capi-other/other-controlplane, capi-test/test-controlplane"),
         "{}",
         r.both()
     );

@@ -3,7 +3,8 @@
 //! `serve` sweeping and publishing (direct transport).
 //!
 //! Shown here: the two conditions written with the member table; KCP's own conditions untouched;
-//! no request at all while nothing changes; a real 409 (the KCP changed between our read and our
+//! the rollout prediction's one series per KCP, ready, then would_stick while a member is frozen,
+//! then ready again; no request at all while nothing changes; a real 409 (the KCP changed between our read and our
 //! write) answered by a fresh read that keeps the other writer's change; and with a Lease, only
 //! the holder writes, a holder that loses the Lease stops at once, and another replica takes over
 //! and re-publishes.
@@ -108,6 +109,19 @@ async fn metric(running: &Running, line_prefix: &str) -> f64 {
         .unwrap_or_else(|| panic!("no metric {line_prefix} in:\n{body}"))
 }
 
+/// The `quorumguard_rollout_ready` series of the fixture KCP (the whole lines).
+async fn rollout_series(running: &Running) -> Vec<String> {
+    let (code, body) = try_get_plain(running.admin_addr, "/metrics")
+        .await
+        .expect("metrics");
+    assert_eq!(code, 200);
+    let prefix = format!("quorumguard_rollout_ready{{namespace=\"{NS}\",kcp=\"{KCP}\",");
+    body.lines()
+        .filter(|l| l.starts_with(&prefix))
+        .map(|l| l[prefix.len()..].to_string())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_member_table_and_next_action() {
     let mut etcd = EtcdCluster::start(3);
@@ -149,6 +163,11 @@ async fn publishes_member_table_and_next_action() {
     assert_eq!(
         (next["status"].as_str(), next["reason"].as_str()),
         (Some("False"), Some("None"))
+    );
+    // The rollout prediction of the same sweep (made before its publication): ready, one series.
+    assert_eq!(
+        rollout_series(&running).await,
+        [r#"verdict="ready",reason="Ready"} 1"#]
     );
 
     // KCP's own conditions: untouched, in place, ours after them.
@@ -260,6 +279,20 @@ async fn publishes_member_table_and_next_action() {
         .await,
         0.0
     );
+    // A member down: KCP's preflight would hold the rollout's first step. The ready series is
+    // gone; one series says why.
+    assert_eq!(
+        rollout_series(&running).await,
+        [r#"verdict="would_stick",reason="MemberUnhealthy"} 1"#]
+    );
+    assert_eq!(
+        metric(
+            &running,
+            &format!("quorumguard_rollout_step{{namespace=\"{NS}\",kcp=\"{KCP}\"}}")
+        )
+        .await,
+        1.0
+    );
 
     etcd.thaw(2);
     wait_for("EtcdQuorum Healthy again", Duration::from_secs(15), || {
@@ -269,6 +302,10 @@ async fn publishes_member_table_and_next_action() {
     assert_eq!(
         reason(&api, "quorumguard.io/NextAction").as_deref(),
         Some("None")
+    );
+    assert_eq!(
+        rollout_series(&running).await,
+        [r#"verdict="ready",reason="Ready"} 1"#]
     );
     running.shutdown().await;
 }

@@ -16,8 +16,10 @@
 //! What is measured (see [`Figures`]): the first sweep-and-publish cycle (process start until
 //! every KCP carries both conditions), the stand-in requests of a steady window (from then until
 //! one more whole enricher cycle is over, as the guard's `quorumguard_sweep_seconds` count
-//! tells), the guard's RSS and CPU, and admission latency over h2 + TLS ([`super::load`]) in
-//! slices of `slice`, each slice classed by whether a sweep read etcd CA Secrets while it ran.
+//! tells), the guard's RSS and CPU, admission latency over h2 + TLS ([`super::load`]) in
+//! slices of `slice`, each slice classed by whether a sweep read etcd CA Secrets while it ran,
+//! and the rollout prediction of every KCP after the steady sweep (the guard's
+//! `quorumguard_rollout_prediction_seconds`) against that sweep, with the verdicts it exported.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
@@ -188,9 +190,12 @@ pub struct Figures {
     /// The steady window: from the end of the first cycle until two more enricher cycles are
     /// over (so one whole cycle ran inside it).
     pub steady_window: Duration,
-    /// The last enricher cycle of the steady window: its sweep and its publication.
+    /// The last enricher cycle of the steady window: its sweep, its publication, and the rollout
+    /// prediction of every KCP from what that sweep probed (`rollout::preflight` over the
+    /// control planes the guard builds from its caches and the sweep's probes).
     pub steady_sweep: Duration,
     pub steady_publish: Duration,
+    pub steady_prediction: Duration,
     /// KCP status writes (update or patch) in the steady window.
     pub steady_writes: usize,
     /// KCP status reads in the steady window.
@@ -212,6 +217,13 @@ pub struct Figures {
     pub idle: Latencies,
     /// EtcdQuorum reasons published at the end, with their counts.
     pub quorum_reasons: BTreeMap<String, usize>,
+    /// `quorumguard_rollout_ready` at the end of the steady window: series by `verdict reason`.
+    pub rollout_verdicts: BTreeMap<String, usize>,
+    /// `quorumguard preflight -o json` over every KCP once `serve` has stopped: listing, one
+    /// probe of every cluster (16 at a time, the CLI's), every prediction with its step table.
+    pub cli_preflight: Duration,
+    /// Its control planes by `readiness reason`.
+    pub cli_readiness: BTreeMap<String, usize>,
 }
 
 /// The etcd clusters and the seeded stand-in.
@@ -578,13 +590,17 @@ pub async fn run(o: &ScaleOptions, progress: impl Fn(&str)) -> Result<Figures> {
     let at_p = cycles(guard.admin).await;
     let steady_started = Instant::now();
     let steady_bound = o.probe_interval * 3 + o.bound;
-    let (mut last, mut steady) = (at_p, (Duration::ZERO, Duration::ZERO));
+    let (mut last, mut steady) = (at_p, (Duration::ZERO, Duration::ZERO, Duration::ZERO));
     loop {
         guard.alive()?;
         rss_peak = rss_peak.max(proc_kib(pid, "VmRSS:"));
         let now = cycles(guard.admin).await;
         if now.count > last.count {
-            steady = (now.sweep - last.sweep, now.publish - last.publish);
+            steady = (
+                now.sweep - last.sweep,
+                now.publish - last.publish,
+                now.prediction.saturating_sub(last.prediction),
+            );
             last = now;
         }
         if now.count >= at_p.count + 2 {
@@ -604,10 +620,13 @@ pub async fn run(o: &ScaleOptions, progress: impl Fn(&str)) -> Result<Figures> {
     let rss_rest_kib = proc_kib(pid, "VmRSS:");
     let rss_hwm_kib = proc_kib(pid, "VmHWM:");
     let cpu_steady = proc_cpu(pid).saturating_sub(cpu_first_cycle);
+    let rollout_verdicts = rollout_verdicts(guard.admin).await;
     stop.store(true, Ordering::SeqCst);
     let slices = load.await??;
     let (quorum_reasons, _) = published(&api);
     drop(guard);
+    progress("quorumguard preflight over every KCP, as an operator runs it");
+    let (cli_preflight, cli_readiness) = cli_preflight(&dir.path().join("kubeconfig")).await?;
 
     let mut figures = Figures {
         options: o.clone(),
@@ -621,6 +640,7 @@ pub async fn run(o: &ScaleOptions, progress: impl Fn(&str)) -> Result<Figures> {
         steady_window,
         steady_sweep: steady.0,
         steady_publish: steady.1,
+        steady_prediction: steady.2,
         steady_writes: status_writes(&at_end) - status_writes(&at_first),
         steady_status_reads: count(&at_end, "get kcp status") - count(&at_first, "get kcp status"),
         steady_requests: at_end
@@ -637,6 +657,9 @@ pub async fn run(o: &ScaleOptions, progress: impl Fn(&str)) -> Result<Figures> {
         sweeping: Latencies::default(),
         idle: Latencies::default(),
         quorum_reasons,
+        rollout_verdicts,
+        cli_preflight,
+        cli_readiness,
     };
     for s in slices {
         match (s.phase, s.sweeping) {
@@ -670,6 +693,9 @@ struct Cycles {
     count: u64,
     sweep: Duration,
     publish: Duration,
+    /// Predicting every KCP's rollout after each sweep (counted once the cycle's sweep is over,
+    /// before `count` moves).
+    prediction: Duration,
 }
 
 /// The guard's /metrics as a lookup of unlabelled values (0 for a missing one, or when the guard
@@ -699,7 +725,71 @@ async fn cycles(admin: SocketAddr) -> Cycles {
         count: value("quorumguard_sweep_seconds_count") as u64,
         sweep: Duration::from_secs_f64(value("quorumguard_sweep_seconds_sum")),
         publish: Duration::from_secs_f64(value("quorumguard_status_publish_seconds_sum")),
+        prediction: Duration::from_secs_f64(value("quorumguard_rollout_prediction_seconds_sum")),
     }
+}
+
+/// Runs `quorumguard preflight -o json` on the fleet (direct etcd transport, as `serve` ran) and
+/// times it; its control planes counted by `readiness reason`. Exit status 0 and 1 are both
+/// predictions; 2 is an error here.
+async fn cli_preflight(
+    kubeconfig: &std::path::Path,
+) -> Result<(Duration, BTreeMap<String, usize>)> {
+    let kubeconfig = kubeconfig.to_path_buf();
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_quorumguard"))
+            .args(["preflight", "-o", "json", "--etcd-transport=direct"])
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .stdin(Stdio::null())
+            .output()
+    })
+    .await??;
+    let took = started.elapsed();
+    if !matches!(out.status.code(), Some(0 | 1)) {
+        bail!(
+            "quorumguard preflight exited {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .context("quorumguard preflight -o json printed no JSON")?;
+    let mut counted = BTreeMap::new();
+    for cp in report["controlPlanes"].as_array().into_iter().flatten() {
+        let key = format!(
+            "{} {}",
+            cp["readiness"].as_str().unwrap_or("?"),
+            cp["reason"].as_str().unwrap_or("?")
+        );
+        *counted.entry(key).or_insert(0) += 1;
+    }
+    Ok((took, counted))
+}
+
+/// The guard's `quorumguard_rollout_ready` series, counted by `verdict reason`.
+async fn rollout_verdicts(admin: SocketAddr) -> BTreeMap<String, usize> {
+    let body = try_get_plain(admin, "/metrics")
+        .await
+        .map(|(_, body)| body)
+        .unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in body.lines() {
+        let Some(labels) = line.strip_prefix("quorumguard_rollout_ready{") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|v| v.split('"').next())
+                .unwrap_or("?")
+                .to_string()
+        };
+        *out.entry(format!("{} {}", label("verdict"), label("reason")))
+            .or_default() += 1;
+    }
+    out
 }
 
 /// The guard's sweeps started and enricher cycles ended so far: a sweep (or its publication) is
@@ -710,6 +800,12 @@ async fn sweeps(admin: SocketAddr) -> (u64, u64) {
         value("quorumguard_sweeps_started_total") as u64,
         value("quorumguard_sweep_seconds_count") as u64,
     )
+}
+
+/// `key count, key count, ...`.
+fn counted(counts: &BTreeMap<String, usize>) -> String {
+    let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    parts.join(", ")
 }
 
 /// The table the bench prints.
@@ -779,14 +875,30 @@ pub fn table(f: &Figures) -> String {
         "  its publication (nothing to write)",
         f.steady_publish.as_secs_f64()
     );
-    let requests: Vec<String> = f
-        .steady_requests
-        .iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect();
+    out += &format!(
+        "{:<44} {:>10.2} ms\n",
+        "  rollout prediction, every KCP, after it",
+        f.steady_prediction.as_secs_f64() * 1000.0
+    );
+    out += &format!(
+        "{:<44} {:>12.4}\n",
+        "  prediction / steady sweep",
+        f.steady_prediction.as_secs_f64() / f.steady_sweep.as_secs_f64()
+    );
+    out += &format!(
+        "{:<44} {:>10.2} s\n",
+        "quorumguard preflight, every KCP (the CLI)",
+        f.cli_preflight.as_secs_f64()
+    );
+    out += &format!(
+        "{:<44} {:>12.2}\n",
+        "  preflight CLI / steady sweep",
+        f.cli_preflight.as_secs_f64() / f.steady_sweep.as_secs_f64()
+    );
+    out += &format!("  its answers: {}\n", counted(&f.cli_readiness));
     out += &format!(
         "  stand-in requests, steady window: {}\n",
-        requests.join(", ")
+        counted(&f.steady_requests)
     );
     out += &format!(
         "{:<44} {:>8.1} MiB  < 200 MiB: {}\n",
@@ -837,12 +949,11 @@ pub fn table(f: &Figures) -> String {
             target(ratio <= 1.5)
         );
     }
-    let reasons: Vec<String> = f
-        .quorum_reasons
-        .iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect();
-    out += &format!("EtcdQuorum published: {}\n", reasons.join(", "));
+    out += &format!("EtcdQuorum published: {}\n", counted(&f.quorum_reasons));
+    out += &format!(
+        "quorumguard_rollout_ready series: {}\n",
+        counted(&f.rollout_verdicts)
+    );
     for (name, l) in [
         ("idle", &f.idle),
         ("sweep", &f.sweeping),

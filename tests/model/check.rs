@@ -315,7 +315,9 @@ impl Model for Checked {
         let mut out = Vec::new();
         for style in &b.styles {
             for n in &b.sizes {
-                out.push(State::converged(*style, *n, left));
+                for surge in &b.max_surges {
+                    out.push(State::converged(*style, *n, *surge, left));
+                }
             }
         }
         out
@@ -466,10 +468,11 @@ pub fn summary(s: &State) -> String {
     }
     let (code, target) = Checked::published(s);
     format!(
-        "etcd [{}] | Machines [{}], replicas {} | {guard} | next action {code}{}",
+        "etcd [{}] | Machines [{}], replicas {}{} | {guard} | next action {code}{}",
         members.join(", "),
         machines.join(", "),
         s.replicas,
+        if s.max_surge == 0 { ", maxSurge 0" } else { "" },
         target.map(|t| format!(" {t}")).unwrap_or_default()
     )
 }

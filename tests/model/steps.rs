@@ -5,6 +5,7 @@
 //! The guard's own steps, which call the real engine, are in `guard.rs`.
 
 use quorumguard::engine::Confirmation;
+use quorumguard::engine::kcp::{self, Hold, KcpMachine, KcpMove, KcpView, MemberFit};
 
 use crate::guard::{Fresh, Who};
 
@@ -16,6 +17,9 @@ pub struct Bounds {
     /// Initial control planes: this many healthy members, Machines and replicas.
     pub sizes: Vec<u8>,
     pub styles: Vec<Style>,
+    /// The KCP's maxSurge values to start from (1: add before delete in a rollout; 0: delete
+    /// first).
+    pub max_surges: Vec<u8>,
     /// spec.replicas a person may ask for: 1, 3, 5, up to this.
     pub max_replicas: u8,
     /// Members that fail (go down; each may come back).
@@ -65,6 +69,15 @@ pub struct Bugs {
     /// The published next action waits for a join without `--join-grace`'s end: every
     /// Machine counts as young for ever.
     pub wait_without_grace: bool,
+    /// Not a bug, nor the guard's: Cluster API v1.14's own order. A remediation whose deletion
+    /// the API server refuses (the guard's denial) ends KCP's reconcile with an error
+    /// (`remediation.go` returns it, `controller.go` stops there), so KCP does not scale in
+    /// that reconcile, nor in the next while the refusal lasts. Off, the model's KCP goes on to
+    /// its move, as v1.14 does when its own checks hold the remediation back. On, a healthy
+    /// Machine marked for remediation while there are fewer Machines than replicas deadlocks:
+    /// the guard denies its deletion `PendingJoin`, KCP never scales up, and the published
+    /// `WaitForRollout` waits for nothing (docs/rules.md, "Model-checked").
+    pub kcp_stops_after_refused_remediation: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -186,7 +199,8 @@ impl Config {
                 }
             }
             for to in [1, 3, 5] {
-                if to <= b.max_replicas && to != s.replicas {
+                // KCP's own webhook rejects fewer than 3 replicas with maxSurge 0.
+                if to <= b.max_replicas && to != s.replicas && (s.max_surge > 0 || to >= 3) {
                     out.push(Action::Scale(to));
                 }
             }
@@ -415,12 +429,25 @@ impl Config {
         Some(n)
     }
 
-    /// One reconcile of the KCP controller, as the playground's simulated KCP does it: finish
-    /// what it started, remediate, then (only with every member healthy and every Machine
-    /// matched) scale up, roll out or scale down by one Machine. Level-triggered: it reads the
-    /// truth, and remembers only the v0.3 Machine to delete after its member.
+    /// One reconcile of the KCP controller. What it decides is the engine's `kcp::reconcile`
+    /// on the truth as KCP reads it (`State::kcp_machines`): wait for a deletion, remediate,
+    /// then scale up, roll out or scale down by one Machine behind its preflight
+    /// (docs/kcp-model.md). What is the model's own: every deletion goes through the guard as
+    /// the KCP controller; a scale-down takes two steps, so KCP may lose leadership between
+    /// them (cluster-api #2651): current KCP picks the Machine, then deletes it; v0.3 removes
+    /// its member first (which needs quorum), then deletes it; and the exploration lets KCP
+    /// create at most `new_machines` Machines. Level-triggered: it reads the truth, and
+    /// remembers only the Machine it deletes next.
     fn kcp(&self, n: &mut State, explore: bool, say: &mut Say) -> Option<()> {
-        if n.machines.iter().any(|m| m.deleting) {
+        let (machines, orphan_members) = n.kcp_machines();
+        let view = KcpView {
+            replicas: u32::from(n.replicas),
+            max_surge: u32::from(n.max_surge),
+            machines: &machines,
+            orphan_members,
+        };
+        let r = kcp::reconcile(&view);
+        if let KcpMove::Wait(Hold::Deleting(_)) = r.then {
             return None;
         }
         if let Some(slot) = n.kcp_deletes_next {
@@ -435,89 +462,105 @@ impl Config {
             return Some(());
         }
         // Remediation first; when the deletion is refused, KCP goes on with the rest of its
-        // reconcile (as KCP does when remediation is not safe: it continues with the other
-        // operations).
+        // reconcile (the move was decided on the same view: a refusal changes neither the
+        // Machines nor etcd), as v1.14 does when its own checks hold the remediation back; the
+        // guard's admission stands in for those. A deletion the API server refuses ends v1.14's
+        // reconcile with an error instead: `Bugs::kcp_stops_after_refused_remediation`.
         let mut reviewed = false;
-        // A Machine whose member is truly down or missing first (KCP remediates what its
-        // health checks find unhealthy), then the others annotated.
-        let sick = |m: &Mach| !n.member(m.slot).is_some_and(|x| x.started && x.up);
-        let first = n
-            .machines
-            .iter()
-            .filter(|m| m.remediate)
-            .min_by_key(|m| (!sick(m), m.slot))
-            .map(|m| m.slot);
-        if let Some(slot) = first {
+        if let Some(key) = r.remediate {
+            let slot = u8::try_from(key).ok()?;
             say.line(|| format!("KCP remediates Machine {}: deletes it", name(slot)));
             match self.review_deletion(n, slot, Who::Kcp, true, Fresh::Probe { explore }, say) {
                 Some(true) => return Some(()),
                 Some(false) => reviewed = true,
                 None => {}
             }
-        }
-        let unhealthy = n.members.iter().any(|m| !m.started || !m.up || m.learner);
-        let unmatched = n.machines.iter().any(|m| n.member(m.slot).is_none())
-            || n.members.iter().any(|m| n.machine(m.slot).is_none());
-        // One join at a time, whatever the preflight.
-        let joining = n.machines.iter().any(|m| !m.node);
-        if (unhealthy && !self.bugs.kcp_skips_preflight) || unmatched || joining {
-            return reviewed.then_some(());
-        }
-        let count = n.machines.len();
-        let replicas = usize::from(n.replicas);
-        let outdated = n.machines.iter().find(|m| m.version < n.version).copied();
-        let grows = count < replicas || (count == replicas && outdated.is_some());
-        if unhealthy && !grows {
-            return reviewed.then_some(());
-        }
-        if grows {
-            if explore && n.left.new_machines == 0 {
+            if self.bugs.kcp_stops_after_refused_remediation {
                 return reviewed.then_some(());
             }
-            if explore {
-                n.left.new_machines -= 1;
-            }
-            let slot = n.next_slot;
-            n.next_slot += 1;
-            n.machines.push(Mach {
-                slot,
-                version: n.version,
-                node: false,
-                young: true,
-                stalled: false,
-                member_added: false,
-                deleting: false,
-                remediate: false,
-            });
-            say.line(|| format!("KCP scales up: creates Machine {}", name(slot)));
-            return Some(());
         }
-        if count <= replicas {
-            return reviewed.then_some(());
-        }
-        let victim = outdated.unwrap_or(n.machines[0]).slot;
-        match n.style {
-            Style::Current => {
-                // Deciding and deleting are two steps: others may act on what KCP read.
-                n.kcp_deletes_next = Some(victim);
-                say.line(|| format!("KCP scales down: picks Machine {} to delete", name(victim)));
-                Some(())
-            }
-            Style::V03 => {
-                if !n.has_quorum() {
+        let then = if self.bugs.kcp_skips_preflight {
+            without_health_preflight(&view, r.then)
+        } else {
+            r.then
+        };
+        match then {
+            KcpMove::Converged | KcpMove::Wait(_) => reviewed.then_some(()),
+            KcpMove::ScaleUp => {
+                if explore && n.left.new_machines == 0 {
                     return reviewed.then_some(());
                 }
-                n.members.retain(|m| m.slot != victim);
-                n.kcp_deletes_next = Some(victim);
-                say.line(|| {
-                    format!(
-                        "KCP v0.3 scales down: removes etcd member {} (the Machine next)",
-                        name(victim)
-                    )
+                if explore {
+                    n.left.new_machines -= 1;
+                }
+                let slot = n.next_slot;
+                n.next_slot += 1;
+                n.machines.push(Mach {
+                    slot,
+                    version: n.version,
+                    node: false,
+                    young: true,
+                    stalled: false,
+                    member_added: false,
+                    deleting: false,
+                    remediate: false,
                 });
+                say.line(|| format!("KCP scales up: creates Machine {}", name(slot)));
                 Some(())
             }
+            KcpMove::ScaleDown(key) => {
+                let victim = u8::try_from(key).ok()?;
+                match n.style {
+                    Style::Current => {
+                        // Deciding and deleting are two steps: others may act on what KCP read.
+                        n.kcp_deletes_next = Some(victim);
+                        say.line(|| {
+                            format!("KCP scales down: picks Machine {} to delete", name(victim))
+                        });
+                        Some(())
+                    }
+                    Style::V03 => {
+                        if !n.has_quorum() {
+                            return reviewed.then_some(());
+                        }
+                        n.members.retain(|m| m.slot != victim);
+                        n.kcp_deletes_next = Some(victim);
+                        say.line(|| {
+                            format!(
+                                "KCP v0.3 scales down: removes etcd member {} (the Machine next)",
+                                name(victim)
+                            )
+                        });
+                        Some(())
+                    }
+                }
+            }
         }
+    }
+}
+
+/// The planted `kcp_skips_preflight`: KCP's preflight does not see a member that is unhealthy
+/// or a learner when it scales up (its other checks, and a scale-down's, stay).
+fn without_health_preflight(view: &KcpView<'_>, then: KcpMove) -> KcpMove {
+    let blind: Vec<KcpMachine> = view
+        .machines
+        .iter()
+        .map(|m| KcpMachine {
+            member: match m.member {
+                MemberFit::Unhealthy | MemberFit::Learner => MemberFit::Healthy,
+                fit => fit,
+            },
+            ..*m
+        })
+        .collect();
+    let blind = kcp::reconcile(&KcpView {
+        machines: &blind,
+        ..*view
+    });
+    if blind.then == KcpMove::ScaleUp {
+        KcpMove::ScaleUp
+    } else {
+        then
     }
 }
 

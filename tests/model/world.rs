@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use quorumguard::engine::kcp::{KcpMachine, MemberFit};
 use quorumguard::engine::{
     ANNOTATION_REMEDIATE, Belief, Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology,
     Health, Kcp, Machine, Member, failed_view,
@@ -108,6 +109,9 @@ pub struct State {
     pub machines: Vec<Mach>,
     pub replicas: u8,
     pub version: u8,
+    /// spec.rollout.strategy.rollingUpdate.maxSurge: 1 adds a Machine before it deletes one in
+    /// a rollout, 0 deletes first. Fixed for a run (the cache always shows it).
+    pub max_surge: u8,
     // etcd.
     pub members: Vec<Mem>,
     /// The leader; `None` while electing (quorum holds) or without quorum.
@@ -158,7 +162,7 @@ pub fn quorum(voting: usize) -> usize {
 
 impl State {
     /// `n` healthy members on `n` Machines, `n` replicas, the guard synced and probed.
-    pub fn converged(style: Style, n: u8, left: Left) -> State {
+    pub fn converged(style: Style, n: u8, max_surge: u8, left: Left) -> State {
         let machines: Vec<Mach> = (0..n)
             .map(|slot| Mach {
                 slot,
@@ -185,6 +189,7 @@ impl State {
             machines,
             replicas: n,
             version: 0,
+            max_surge,
             view: Some(
                 members
                     .iter()
@@ -298,12 +303,53 @@ impl State {
         self.view.is_some() && recorded != truth
     }
 
+    /// The Machines as KCP's reconcile reads them (`kcp::reconcile`), oldest first (slots are
+    /// never reused), each with the fit of its true etcd member (KCP reads the truth, not the
+    /// guard's record), and how many members no Machine claims.
+    ///
+    /// Without quorum every member reads as unhealthy: KCP's etcd health check
+    /// (v1.14 `workload_cluster_conditions.go`, `getCurrentEtcdMembersAndAlarms`) reads the
+    /// member list and the alarms through one member, and the alarm list needs quorum; when it
+    /// fails, every Machine's `EtcdMemberHealthy` is False or Unknown. (Reading each member
+    /// alone, as if its own health were known, let the scale-down preflight, which leaves its
+    /// victim out, pass on a live member of a cluster without quorum: KCP then picked the
+    /// victim, the guard refused it, and KCP picked it again, for ever.)
+    pub fn kcp_machines(&self) -> (Vec<KcpMachine>, u32) {
+        let quorum = self.has_quorum();
+        let machines = self
+            .machines
+            .iter()
+            .map(|m| KcpMachine {
+                key: u32::from(m.slot),
+                outdated: m.version < self.version,
+                node: m.node,
+                deleting: m.deleting,
+                remediate: m.remediate,
+                delete_first: false,
+                member: match self.member(m.slot) {
+                    _ if !quorum => MemberFit::Unhealthy,
+                    None => MemberFit::Missing,
+                    Some(x) if !x.started || !x.up => MemberFit::Unhealthy,
+                    Some(x) if x.learner => MemberFit::Learner,
+                    Some(_) => MemberFit::Healthy,
+                },
+            })
+            .collect();
+        let orphans = self
+            .members
+            .iter()
+            .filter(|x| self.machine(x.slot).is_none())
+            .count();
+        (machines, u32::try_from(orphans).unwrap_or(u32::MAX))
+    }
+
     /// The control plane as the status enricher sees it: the cache and the latest probe.
     pub fn enricher_view(&self) -> ControlPlane {
         control_plane(
             self.cache_machines.iter().map(engine_machine).collect(),
             self.cache_replicas,
             self.cache_version,
+            self.max_surge,
             self.etcd_view(),
         )
     }
@@ -435,6 +481,7 @@ pub fn control_plane(
     machines: Vec<Machine>,
     replicas: u8,
     version: u8,
+    max_surge: u8,
     etcd: EtcdState,
 ) -> ControlPlane {
     ControlPlane {
@@ -447,7 +494,7 @@ pub fn control_plane(
             namespace: "ns".into(),
             replicas: u32::from(replicas),
             etcd: EtcdTopology::Stacked,
-            max_surge: 1,
+            max_surge: u32::from(max_surge),
             deleting: false,
             version: Some(format!("v1.{version}")),
         },

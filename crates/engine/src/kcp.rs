@@ -12,8 +12,8 @@
 //! `controller.go`, `scale.go`, `remediation.go`, `upgrade.go`):
 //! - A Machine being deleted holds everything: KCP waits for the deletion to finish.
 //! - Remediation comes first: a Machine marked for remediation (the
-//!   `cluster.x-k8s.io/remediate-machine` annotation) is deleted, the sickest first; when that
-//!   deletion is refused, KCP goes on with the rest of its reconcile.
+//!   `cluster.x-k8s.io/remediate-machine` annotation) is deleted, the sickest first; see
+//!   [`Reconcile::remediate`] for what a refusal does.
 //! - Scaling: fewer Machines than `spec.replicas` scales up; more scales down. A rollout (some
 //!   Machine outdated) with `rollingUpdate.maxSurge` 1 scales up to replicas + 1 first, then down;
 //!   with maxSurge 0 it scales down first, then up.
@@ -100,8 +100,11 @@ pub enum KcpMove {
 /// One reconcile: the remediation to try first, then the move.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Reconcile {
-    /// Delete this Machine to remediate it. If the deletion is refused, KCP goes on with
-    /// [`Reconcile::then`] in the same reconcile.
+    /// Delete this Machine to remediate it. When the deletion is refused by the API server (the
+    /// guard's denial), v1.14 ends its reconcile with the error and tries the same remediation
+    /// next time, so nothing else moves: `preflight` plays it so. When KCP's own checks hold a
+    /// remediation back it goes on with [`Reconcile::then`], which the model check also does
+    /// after a refusal (docs/kcp-model.md says where that differs).
     pub remediate: Option<u32>,
     pub then: KcpMove,
 }

@@ -270,14 +270,26 @@ struct Sim<'p> {
     created: usize,
 }
 
-/// Predicts the rollout a version change would start on `cp`, as of `now_unix`.
+/// Predicts the rollout a version change would start on `cp`, as of `now_unix`, with what one
+/// more member failure at each step would lead to.
 pub fn preflight(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> Preflight {
+    predict(cp, policy, now_unix, true)
+}
+
+/// [`preflight`] without the one-more-failure column (each step's [`RolloutStep::one_failure`]
+/// is `None`): the same readiness, reason and steps at a fraction of the cost, for a fleet's
+/// every sweep (the failure column plays the rest of the rollout again after every step).
+pub fn readiness(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> Preflight {
+    predict(cp, policy, now_unix, false)
+}
+
+fn predict(cp: &ControlPlane, policy: &Policy, now_unix: i64, failures: bool) -> Preflight {
     if let Some(p) = cannot_play(cp, policy, now_unix) {
         return p;
     }
     let start = Counts::of(cp.members());
     let sim = Sim::new(cp, policy, now_unix);
-    let (steps, end, last) = sim.clone().play(true);
+    let (steps, end, last) = sim.clone().play(failures);
     let total = sim.ideal().play(false).0.len().max(steps.len());
     let (readiness, reason, why) = match end {
         End::Stuck { reason, why } => (
@@ -306,7 +318,7 @@ pub fn preflight(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> Preflight
             ),
         },
     };
-    let next_action = next_for(cp, &last, &readiness, reason, policy, now_unix);
+    let next_action = next_for(cp, &last, &readiness, &why, policy, now_unix);
     Preflight {
         readiness,
         reason,
@@ -379,7 +391,9 @@ fn cannot_play(cp: &ControlPlane, policy: &Policy, now: i64) -> Option<Preflight
         Preflight {
             readiness: Readiness::CannotJudge,
             reason: ReadyReason::EtcdUnknown,
-            why: format!("{why}: probe again before predicting"),
+            why: format!(
+                "{why}: probe again (offline: add the endpoint status and health dumps) before predicting"
+            ),
             steps: Vec::new(),
             total: 0,
             start: None,
@@ -397,8 +411,8 @@ fn plain(code: ActionCode, message: String) -> NextAction {
     }
 }
 
-/// The first step (0: before the first) at which one more failure loses quorum, or a voting
-/// member is already down.
+/// The first step at which one more failure loses quorum, or a voting member is already down:
+/// step 1 (with words saying so) when that is already true before the first step.
 fn unsafe_step(start: &Counts, steps: &[RolloutStep]) -> Option<(usize, String)> {
     let bad = |c: &Counts| c.fault_tolerance < 1 || c.healthy < c.voting;
     let say = |c: &Counts| {
@@ -437,7 +451,7 @@ fn next_for(
     cp: &ControlPlane,
     last: &ControlPlane,
     readiness: &Readiness,
-    reason: ReadyReason,
+    why: &str,
     policy: &Policy,
     now: i64,
 ) -> NextAction {
@@ -496,10 +510,7 @@ fn next_for(
             } else {
                 plain(
                     ActionCode::None,
-                    format!(
-                        "{}: clear it before the rollout of KubeadmControlPlane {kcp}.",
-                        reason.as_str()
-                    ),
+                    format!("Clear this before the rollout of KubeadmControlPlane {kcp}: {why}."),
                 )
             }
         }
@@ -523,11 +534,10 @@ impl<'p> Sim<'p> {
     }
 
     /// The same control plane with nothing to hold a rollout: every member healthy, voting and
-    /// claimed by a Machine, every Machine joined and none deleting. Its play counts the steps
+    /// claimed by a Machine, every Machine joined, and no hook but KCP's on a deletion. Its play counts the steps
     /// a rollout takes.
     fn ideal(&self) -> Sim<'p> {
         let mut s = self.clone();
-        s.cp.machines.retain(|m| !m.deleting);
         let names: Vec<String> =
             s.cp.machines
                 .iter()
@@ -681,8 +691,7 @@ impl<'p> Sim<'p> {
         let mut after = self.clone();
         for m in after.members_mut() {
             if m.name == victim {
-                m.health =
-                    Health::Unhealthy(format!("{victim} failed (preflight's one more failure)"));
+                m.health = Health::Unhealthy("down".into());
             }
         }
         let c = Counts::of(after.members());
@@ -905,15 +914,21 @@ impl<'p> Sim<'p> {
             machines: &machines,
             orphan_members: orphans,
         });
-        let mut refused = None;
         if let Some(key) = r.remediate {
-            match self.delete(key as usize, "remediation: it is marked remediate-machine") {
-                Ok(step) => return Ok(Some(step)),
-                Err(e) => refused = Some(e),
-            }
+            // A deletion the API server refuses ends v1.14's reconcile with the error, and the
+            // next one tries the same remediation again: nothing else moves.
+            return self
+                .delete(key as usize, "remediation: it is marked remediate-machine")
+                .map(Some)
+                .map_err(|(reason, why)| {
+                    (
+                        reason,
+                        format!("{why} KCP retries the remediation and does nothing else until it is allowed."),
+                    )
+                });
         }
         match r.then {
-            KcpMove::Converged => match refused.or(held) {
+            KcpMove::Converged => match held {
                 Some(e) => Err(e),
                 None => Ok(None),
             },
@@ -1246,9 +1261,10 @@ mod tests {
             String::new(),
         );
         let p = predict(&c);
+        // Once the deletion finishes: its removal, then fifteen steps.
         assert_eq!(
             p.readiness,
-            Readiness::WouldStick { at: 1, of: 15 },
+            Readiness::WouldStick { at: 1, of: 16 },
             "{}",
             p.summary()
         );
@@ -1270,6 +1286,45 @@ mod tests {
             Readiness::WouldStick { at: 1, of: 25 },
             "{}",
             p.summary()
+        );
+    }
+
+    #[test]
+    fn readiness_is_preflight_without_the_failure_column() {
+        for c in [
+            three(),
+            cp(1, &[("m1", healthy())]),
+            cp(3, &[("m1", healthy()), ("m2", down()), ("m3", healthy())]),
+        ] {
+            let full = predict(&c);
+            let mut light = readiness(&c, &Policy::default(), NOW);
+            assert!(light.steps.iter().all(|s| s.one_failure.is_none()));
+            assert!(full.steps.iter().all(|s| s.one_failure.is_some()));
+            for (l, f) in light.steps.iter_mut().zip(&full.steps) {
+                l.one_failure = f.one_failure.clone();
+            }
+            assert_eq!(light, full);
+        }
+    }
+
+    #[test]
+    fn a_refused_remediation_sticks_kcp_where_it_is() {
+        let mut c = cp(3, &[("m1", healthy()), ("m2", down()), ("m3", healthy())]);
+        machine_mut(&mut c, "m1")
+            .annotations
+            .insert(ANNOTATION_REMEDIATE.into(), String::new());
+        let p = predict(&c);
+        assert_eq!(
+            p.readiness,
+            Readiness::WouldStick { at: 1, of: 15 },
+            "{}",
+            p.summary()
+        );
+        assert_eq!(p.reason, ReadyReason::WebhookDenies, "{}", p.summary());
+        assert!(
+            p.why.contains("m1") && p.why.contains("retries"),
+            "{}",
+            p.why
         );
     }
 

@@ -232,12 +232,13 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
             state.clone(),
             enricher_metrics.clone(),
         )));
-        let (c, s) = (client.clone(), state.clone());
+        let (c, s, policy) = (client.clone(), state.clone(), config.policy.clone());
         tasks.push(spawn_background("quorumguard-enricher", move || {
             publish::enrich(
                 c,
                 s,
                 cfg,
+                policy,
                 publisher,
                 enricher_metrics,
                 probers,

@@ -19,9 +19,8 @@ mod tests;
 use std::fmt;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::{Args, ValueEnum};
 
 use crate::dumps::{self, DumpFiles};
@@ -50,23 +49,8 @@ Collect the inputs with:
 Exit status: 0 when every what-if is allowed (or none is given), 1 when any is denied,
 2 on bad input.")]
 pub struct CheckArgs {
-    /// Cluster API objects: `kubectl get kubeadmcontrolplanes,machines,clusters -o yaml` (a
-    /// List), multi-document YAML, or JSON; v1beta2 or v1beta1.
-    #[arg(long, value_name = "FILE", env = "QUORUMGUARD_OBJECTS")]
-    pub objects: PathBuf,
-    /// `etcdctl member list -w json`.
-    #[arg(long, value_name = "FILE", env = "QUORUMGUARD_MEMBER_LIST")]
-    pub member_list: PathBuf,
-    /// `etcdctl endpoint status --cluster -w json`: leader, version, DB size, raft index, errors.
-    #[arg(long, value_name = "FILE", env = "QUORUMGUARD_ENDPOINT_STATUS")]
-    pub endpoint_status: Option<PathBuf>,
-    /// `etcdctl endpoint health --cluster -w json`. Without status and health, every member's
-    /// health is unknown and only what needs no proof is allowed.
-    #[arg(long, value_name = "FILE", env = "QUORUMGUARD_ENDPOINT_HEALTH")]
-    pub endpoint_health: Option<PathBuf>,
-    /// `etcdctl alarm list`, plain text or `-w json`; NOSPACE and CORRUPT make a member unhealthy.
-    #[arg(long, value_name = "FILE", env = "QUORUMGUARD_ALARMS")]
-    pub alarms: Option<PathBuf>,
+    #[command(flatten)]
+    pub dumps: DumpArgs,
     /// The KubeadmControlPlane to judge (NAME or NAMESPACE/NAME) when the objects hold several.
     #[arg(long, value_name = "NAME", env = "QUORUMGUARD_KCP")]
     pub kcp: Option<String>,
@@ -90,6 +74,44 @@ pub struct CheckArgs {
     pub now: Option<i64>,
     #[command(flatten)]
     pub grace: super::GraceArgs,
+}
+
+/// The dumps a control plane is judged from: `check`'s and `preflight`'s offline input, the
+/// same flags for both.
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    /// Cluster API objects: `kubectl get kubeadmcontrolplanes,machines,clusters -o yaml` (a
+    /// List), multi-document YAML, or JSON; v1beta2 or v1beta1.
+    #[arg(long, value_name = "FILE", env = "QUORUMGUARD_OBJECTS")]
+    pub objects: PathBuf,
+    /// `etcdctl member list -w json`.
+    #[arg(long, value_name = "FILE", env = "QUORUMGUARD_MEMBER_LIST")]
+    pub member_list: PathBuf,
+    /// `etcdctl endpoint status --cluster -w json`: leader, version, DB size, raft index, errors.
+    #[arg(long, value_name = "FILE", env = "QUORUMGUARD_ENDPOINT_STATUS")]
+    pub endpoint_status: Option<PathBuf>,
+    /// `etcdctl endpoint health --cluster -w json`. Without status and health, every member's
+    /// health is unknown and only what needs no proof is allowed.
+    #[arg(long, value_name = "FILE", env = "QUORUMGUARD_ENDPOINT_HEALTH")]
+    pub endpoint_health: Option<PathBuf>,
+    /// `etcdctl alarm list`, plain text or `-w json`; NOSPACE and CORRUPT make a member unhealthy.
+    #[arg(long, value_name = "FILE", env = "QUORUMGUARD_ALARMS")]
+    pub alarms: Option<PathBuf>,
+}
+
+impl DumpArgs {
+    /// Reads and parses the dumps into the control plane `kcp` (NAME or NAMESPACE/NAME; needed
+    /// when the objects hold several).
+    pub fn load(&self, kcp: Option<&str>) -> anyhow::Result<dumps::Loaded> {
+        Ok(dumps::load(&DumpFiles {
+            objects: &self.objects,
+            member_list: &self.member_list,
+            endpoint_status: self.endpoint_status.as_deref(),
+            endpoint_health: self.endpoint_health.as_deref(),
+            alarms: self.alarms.as_deref(),
+            kcp,
+        })?)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -170,7 +192,7 @@ pub fn parse_what_if(s: &str) -> Result<WhatIf, String> {
     }
 }
 
-fn parse_time(s: &str) -> Result<i64, String> {
+pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
     s.parse::<k8s_openapi::jiff::Timestamp>()
         .map(|t| t.as_second())
         .map_err(|e| format!("{s:?} is not an RFC 3339 time: {e}"))
@@ -179,16 +201,13 @@ fn parse_time(s: &str) -> Result<i64, String> {
 /// Runs `check`: prints the report on stdout, input warnings on stderr. Errors are bad input.
 pub fn run(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let report = evaluate(args)?;
-    for w in &report.warnings {
-        eprintln!("quorumguard: warning: {w}");
-    }
-    match args.output {
-        Format::Text => print!("{}", render_text(&report)),
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("cannot render the report as JSON")?
-        ),
-    }
+    super::print_report(
+        args.output,
+        &report.warnings,
+        None,
+        || render_text(&report),
+        &report,
+    )?;
     Ok(if report.verdicts.iter().all(|v| v.allowed) {
         ExitCode::SUCCESS
     } else {
@@ -198,24 +217,14 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<ExitCode> {
 
 /// Loads the dumps, judges every what-if and the next action.
 pub fn evaluate(args: &CheckArgs) -> anyhow::Result<Report> {
-    let loaded = dumps::load(&DumpFiles {
-        objects: &args.objects,
-        member_list: &args.member_list,
-        endpoint_status: args.endpoint_status.as_deref(),
-        endpoint_health: args.endpoint_health.as_deref(),
-        alarms: args.alarms.as_deref(),
-        kcp: args.kcp.as_deref(),
-    })?;
+    let loaded = args.dumps.load(args.kcp.as_deref())?;
     let requester = Requester {
         username: args.as_user.clone(),
         groups: args.as_groups.clone(),
     };
     let now = match args.now {
         Some(n) => n,
-        None => SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-            .context("the system clock is before 1970")?,
+        None => super::now_unix()?,
     };
     analyse_with(loaded, &args.what_if, &requester, &args.grace.policy(), now)
 }

@@ -1,10 +1,11 @@
-//! The production commands of `quorumguard` (`check`, `status`, `serve`, `certs`): their
+//! The production commands of `quorumguard` (`check`, `status`, `preflight`, `serve`, `certs`): their
 //! arguments and dispatch. Each subcommand lives in its own module and returns the process exit
 //! code. The binary (the `quorumguard` package's `src/cli.rs`) puts these beside `playground`,
 //! which lives in the playground crate, and parses the command line.
 
 pub mod certs;
 pub mod check;
+pub mod preflight;
 pub mod serve;
 pub mod status;
 
@@ -17,6 +18,60 @@ use clap::Subcommand;
 /// Exit code for bad input (unreadable or unparseable files, unknown names): the same code
 /// clap uses for usage errors, so scripts see one "your input is wrong" code.
 pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// The present as Unix seconds, from the clock: what the rules judge grace periods against.
+pub fn now_unix() -> anyhow::Result<i64> {
+    use anyhow::Context;
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .context("the system clock is before 1970")
+}
+
+/// Runs `work` on a small runtime of its own, and does not wait for what it leaves behind when
+/// done: etcd clients may keep background tasks on a frozen member's connection.
+pub fn block_on<T>(
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    use anyhow::Context;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = runtime.block_on(work);
+    runtime.shutdown_background();
+    result
+}
+
+/// Prints a command's report as every command does: its input warnings on stderr as
+/// `quorumguard: warning: ...`, then `text()` or the report as JSON on stdout. `nothing_in`, when
+/// there was nothing to report, says where was looked (a note on stderr with the text).
+pub fn print_report(
+    format: check::Format,
+    warnings: &[String],
+    nothing_in: Option<&str>,
+    text: impl FnOnce() -> String,
+    report: &impl serde::Serialize,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    for w in warnings {
+        eprintln!("quorumguard: warning: {w}");
+    }
+    match format {
+        check::Format::Text => {
+            if let Some(scope) = nothing_in {
+                eprintln!("No KubeadmControlPlanes found in {scope}.");
+            }
+            print!("{}", text());
+        }
+        check::Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(report).context("cannot render the report as JSON")?
+        ),
+    }
+    Ok(())
+}
 
 /// Parses a duration flag (`500ms`, `2s`, `10m`) for every subcommand alike.
 pub fn duration(s: &str) -> Result<std::time::Duration, String> {
@@ -53,7 +108,7 @@ impl GraceArgs {
 pub const KUBECTL_PLUGIN_FILE: &str = "kubectl-quorumguard";
 
 /// The production subcommands. `display_order` keeps `--help` listing them, with the binary's
-/// `playground` (order 4), in the order the README teaches them.
+/// `playground` (order 5), in the order the README teaches them.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Judge a control plane from kubectl and etcdctl dumps: members, quorum, the next safe
@@ -64,13 +119,18 @@ pub enum Command {
     /// next safe action (also `kubectl quorumguard status` as a kubectl plugin).
     #[command(display_order = 2)]
     Status(status::StatusArgs),
+    /// Predict, before an upgrade wave, which control planes' rollouts would finish, which would
+    /// stick (at which step, and why) and which would lose quorum on one more failure; live, or
+    /// offline from `check`'s dumps (also `kubectl quorumguard preflight`).
+    #[command(display_order = 3)]
+    Preflight(Box<preflight::PreflightArgs>),
     /// Serve the validating admission webhook (HTTPS) and the admin endpoints.
     // Boxed: its many flags make it several times larger than the other variants.
-    #[command(display_order = 3)]
+    #[command(display_order = 4)]
     Serve(Box<serve::ServeArgs>),
     /// Generate a CA and a serving certificate for the webhook, for clusters without
     /// cert-manager, and print or patch the caBundle.
-    #[command(display_order = 5)]
+    #[command(display_order = 6)]
     Certs(certs::CertsArgs),
 }
 
@@ -87,6 +147,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Check(args) => check::run(&args),
         Command::Status(args) => status::run(&args),
+        Command::Preflight(args) => preflight::run(&args),
         Command::Serve(args) => serve::run(*args),
         Command::Certs(args) => certs::run(&args),
     }

@@ -17,7 +17,7 @@
 //! - `render`: the text view ([`render_text`]).
 
 mod gather;
-mod mgmt;
+pub(super) mod mgmt;
 mod render;
 mod select;
 #[cfg(test)]
@@ -27,7 +27,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
@@ -37,6 +36,7 @@ use crate::engine::ActionCode;
 use crate::etcd::TransportKind;
 
 use gather::gather;
+pub(super) use gather::{connect, probe};
 pub use render::render_text;
 
 /// The schema identifier of [`StatusReport`].
@@ -77,6 +77,20 @@ pub struct StatusArgs {
     /// Every namespace (overrides --namespace, as in kubectl).
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Output format: `json` is `{"schema": "quorumguard.io/status/v1", "controlPlanes": [...]}`,
+    /// each entry a `check -o json` report with `probe` and `conditions` added.
+    #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
+    pub output: Format,
+    #[command(flatten)]
+    pub grace: super::GraceArgs,
+}
+
+/// How the management cluster is reached and each workload cluster's etcd probed: `status`'s
+/// and `preflight`'s flags alike.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
     /// Kubeconfig of the management cluster (default: $KUBECONFIG, else ~/.kube/config, else the
     /// in-cluster service account).
     #[arg(long, value_name = "PATH")]
@@ -84,10 +98,6 @@ pub struct StatusArgs {
     /// The kubeconfig context to use (default: its current-context).
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
-    /// Output format: `json` is `{"schema": "quorumguard.io/status/v1", "controlPlanes": [...]}`,
-    /// each entry a `check -o json` report with `probe` and `conditions` added.
-    #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
-    pub output: Format,
     /// Deadline of one cluster's etcd probe (reading its CA Secret, then the member list and
     /// every member in parallel). A frozen or dead member shows as unhealthy with its error.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = super::duration)]
@@ -105,8 +115,6 @@ pub struct StatusArgs {
     /// How long one request to the management cluster's API server may take.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = super::duration)]
     pub request_timeout: Duration,
-    #[command(flatten)]
-    pub grace: super::GraceArgs,
 }
 
 /// The output of `quorumguard status -o json`. Stable like `check`'s: fields are added, never
@@ -180,30 +188,15 @@ impl ControlPlaneStatus {
 
 /// Runs `status`. Errors are bad input or an unusable API server (exit 2).
 pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let result = runtime.block_on(gather(args));
-    // etcd clients may keep background tasks on a frozen member's connection: do not wait.
-    runtime.shutdown_background();
-    let report = result?;
-    for w in &report.warnings {
-        eprintln!("quorumguard: warning: {w}");
-    }
-    match args.output {
-        Format::Text => {
-            if report.control_planes.is_empty() {
-                eprintln!("No KubeadmControlPlanes found in {}.", report.scope);
-            }
-            print!("{}", render_text(&report));
-        }
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("cannot render the report as JSON")?
-        ),
-    }
+    let report = super::block_on(gather(args))?;
+    let nothing = report.control_planes.is_empty();
+    super::print_report(
+        args.output,
+        &report.warnings,
+        nothing.then_some(report.scope.as_str()),
+        || render_text(&report),
+        &report,
+    )?;
     Ok(
         if report
             .control_planes

@@ -2,9 +2,10 @@
 //! the `quorumguard_` prefix and `/metrics`).
 //!
 //! Per-cluster series are removed when the cluster goes, so 1,000 clusters coming and going do
-//! not leave stale series behind.
+//! not leave stale series behind; likewise the per-KCP rollout prediction
+//! ([`EnricherMetrics::observe_rollouts`]), which keeps exactly one `rollout_ready` series per KCP.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Unit;
 
 use crate::engine::quorum::{Tally, quorum};
+use crate::engine::rollout::{Preflight, Readiness, ReadyReason};
 use crate::telemetry::{DURATION_BUCKETS, Metrics};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -30,6 +32,20 @@ struct MemberLabels {
     namespace: String,
     cluster: String,
     state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KcpLabels {
+    namespace: String,
+    kcp: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RolloutLabels {
+    namespace: String,
+    kcp: String,
+    verdict: &'static str,
+    reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -86,6 +102,70 @@ pub struct ClusterFigures {
     pub learners: usize,
 }
 
+/// The `verdict` label of `rollout_ready`: what [`crate::engine::rollout::preflight`] predicts for
+/// the rollout a `spec.version` change would start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RolloutVerdict {
+    Ready,
+    WouldStick,
+    Unsafe,
+    CannotJudge,
+}
+
+impl RolloutVerdict {
+    pub const ALL: [RolloutVerdict; 4] = [
+        RolloutVerdict::Ready,
+        RolloutVerdict::WouldStick,
+        RolloutVerdict::Unsafe,
+        RolloutVerdict::CannotJudge,
+    ];
+
+    pub fn of(readiness: &Readiness) -> Self {
+        match readiness {
+            Readiness::Ready => RolloutVerdict::Ready,
+            Readiness::WouldStick { .. } => RolloutVerdict::WouldStick,
+            Readiness::Unsafe { .. } => RolloutVerdict::Unsafe,
+            Readiness::CannotJudge => RolloutVerdict::CannotJudge,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutVerdict::Ready => "ready",
+            RolloutVerdict::WouldStick => "would_stick",
+            RolloutVerdict::Unsafe => "unsafe",
+            RolloutVerdict::CannotJudge => "cannot_judge",
+        }
+    }
+}
+
+/// One KCP's rollout prediction after a sweep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolloutFigures {
+    pub namespace: String,
+    pub kcp: String,
+    pub verdict: RolloutVerdict,
+    pub reason: ReadyReason,
+    /// For `would_stick` and `unsafe`: the step (1-based) and the steps in all.
+    pub step: Option<(usize, usize)>,
+}
+
+impl RolloutFigures {
+    pub fn of(namespace: String, kcp: String, p: &Preflight) -> Self {
+        let step = match p.readiness {
+            Readiness::WouldStick { at, of } | Readiness::Unsafe { at, of } => Some((at, of)),
+            Readiness::Ready | Readiness::CannotJudge => None,
+        };
+        RolloutFigures {
+            namespace,
+            kcp,
+            verdict: RolloutVerdict::of(&p.readiness),
+            reason: p.reason,
+            step,
+        }
+    }
+}
+
 /// The enricher's metric families.
 #[derive(Debug)]
 pub struct EnricherMetrics {
@@ -102,12 +182,28 @@ pub struct EnricherMetrics {
     leader: Gauge,
     transitions: Counter,
     seen: Mutex<BTreeSet<(String, String)>>,
+    rollout_ready: Family<RolloutLabels, Gauge>,
+    rollout_step: Family<KcpLabels, Gauge>,
+    rollout_steps: Family<KcpLabels, Gauge>,
+    rollout_seconds: Histogram,
+    /// The labels of each KCP's `rollout_ready` series now: the one to remove when the
+    /// prediction changes or the KCP goes.
+    rollouts: Mutex<BTreeMap<(String, String), (RolloutVerdict, ReadyReason)>>,
 }
 
 /// Sweeps and publications of a whole fleet: 0.1 s to 2 min.
 const CYCLE_BUCKETS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0];
 
 const MEMBER_STATES: [&str; 4] = ["healthy", "unhealthy", "unknown", "learner"];
+
+fn rollout_labels(key: &(String, String), (v, r): (RolloutVerdict, ReadyReason)) -> RolloutLabels {
+    RolloutLabels {
+        namespace: key.0.clone(),
+        kcp: key.1.clone(),
+        verdict: v.as_str(),
+        reason: r.as_str(),
+    }
+}
 
 impl EnricherMetrics {
     /// Registers the families in `metrics`' registry.
@@ -126,6 +222,11 @@ impl EnricherMetrics {
             leader: Gauge::default(),
             transitions: Counter::default(),
             seen: Mutex::new(BTreeSet::new()),
+            rollout_ready: Family::default(),
+            rollout_step: Family::default(),
+            rollout_steps: Family::default(),
+            rollout_seconds: Histogram::new(DURATION_BUCKETS),
+            rollouts: Mutex::new(BTreeMap::new()),
         };
         for r in WriteResult::ALL {
             let _ = m.writes.get_or_create(&ResultLabels { result: r.as_str() });
@@ -199,6 +300,31 @@ impl EnricherMetrics {
                 "leader_transitions",
                 "Times this replica took or lost the Lease",
                 m.transitions.clone(),
+            );
+            reg.register(
+                "rollout_ready",
+                "1 for each KCP, labelled with what the rollout a spec.version change would start \
+                 is predicted to do after the latest sweep (verdict: ready, would_stick, unsafe, \
+                 cannot_judge) and why (reason); one series per KCP",
+                m.rollout_ready.clone(),
+            );
+            reg.register(
+                "rollout_step",
+                "The step (1-based) of the predicted rollout at which it would stick \
+                 (would_stick) or one more member failure loses quorum (unsafe); no series \
+                 otherwise",
+                m.rollout_step.clone(),
+            );
+            reg.register(
+                "rollout_steps",
+                "The steps of the predicted rollout in all, beside rollout_step",
+                m.rollout_steps.clone(),
+            );
+            reg.register_with_unit(
+                "rollout_prediction",
+                "Durations of predicting the rollout of every KCP after a sweep",
+                Unit::Seconds,
+                m.rollout_seconds.clone(),
             );
         });
         m
@@ -297,6 +423,52 @@ impl EnricherMetrics {
         }
     }
 
+    /// Records the rollout prediction of every KCP after a sweep (`took`: how long predicting
+    /// them all took). Each KCP keeps exactly one `rollout_ready` series: the one of its latest
+    /// prediction; KCPs not in `figures` lose theirs.
+    pub fn observe_rollouts(&self, figures: &[RolloutFigures], took: Duration) {
+        self.rollout_seconds.observe(took.as_secs_f64());
+        let mut shown = self.rollouts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut now = BTreeMap::new();
+        for f in figures {
+            let key = (f.namespace.clone(), f.kcp.clone());
+            let labels = (f.verdict, f.reason);
+            if let Some(old) = shown.remove(&key)
+                && old != labels
+            {
+                self.rollout_ready.remove(&rollout_labels(&key, old));
+            }
+            self.rollout_ready
+                .get_or_create(&rollout_labels(&key, labels))
+                .set(1);
+            self.set_rollout_step(&key, f.step);
+            now.insert(key, labels);
+        }
+        // What is left was not predicted this time: the KCP is gone.
+        for (key, labels) in std::mem::replace(&mut *shown, now) {
+            self.rollout_ready.remove(&rollout_labels(&key, labels));
+            self.set_rollout_step(&key, None);
+        }
+    }
+
+    /// `rollout_step` and `rollout_steps` of KCP `key`: set to `step`, or removed.
+    fn set_rollout_step(&self, key: &(String, String), step: Option<(usize, usize)>) {
+        let kcp = KcpLabels {
+            namespace: key.0.clone(),
+            kcp: key.1.clone(),
+        };
+        match step {
+            Some((at, of)) => {
+                self.rollout_step.get_or_create(&kcp).set(at as i64);
+                self.rollout_steps.get_or_create(&kcp).set(of as i64);
+            }
+            None => {
+                self.rollout_step.remove(&kcp);
+                self.rollout_steps.remove(&kcp);
+            }
+        }
+    }
+
     /// Counts one publication outcome.
     pub fn write(&self, r: WriteResult) {
         self.writes
@@ -311,3 +483,7 @@ impl EnricherMetrics {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "metrics_tests.rs"]
+mod tests;

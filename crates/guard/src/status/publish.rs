@@ -42,7 +42,7 @@ use crate::state::{ClusterState, Key, Kind, Lookup, watch::api_resource};
 use document::{existing_conditions, set_conditions};
 use fingerprint::fingerprint;
 
-pub use enricher::{enrich, figures};
+pub use enricher::{enrich, figures, rollouts};
 
 /// How the writer behaves.
 #[derive(Clone, Debug)]

@@ -192,6 +192,17 @@ pub struct NextActionOut {
     pub target: Option<String>,
 }
 
+impl From<&NextAction> for NextActionOut {
+    fn from(next: &NextAction) -> Self {
+        NextActionOut {
+            code: next.code.as_str(),
+            message: next.message.clone(),
+            command: next.command.clone(),
+            target: next.target.clone(),
+        }
+    }
+}
+
 impl Report {
     /// The report of `cp` with these verdicts and next action. `status` builds its per-control-
     /// plane reports here too (with no verdicts), so both commands share one schema.
@@ -284,12 +295,7 @@ impl Report {
                 has_quorum: tally.has_quorum(),
             }),
             verdicts,
-            next_action: NextActionOut {
-                code: next.code.as_str(),
-                message: next.message.clone(),
-                command: next.command.clone(),
-                target: next.target.clone(),
-            },
+            next_action: NextActionOut::from(next),
             warnings,
         }
     }

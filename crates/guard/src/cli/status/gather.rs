@@ -2,18 +2,19 @@
 //! their etcd with one [`sweep_once`], and build `check`'s report for each.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use kube::Client;
 
-use super::mgmt::{Mgmt, Scope, kube_config};
+use super::mgmt::{Listed, Mgmt, Scope, kube_config};
 use super::select::{Unselected, clusters_elsewhere, select, unknown_cluster};
 use super::{
-    ControlPlaneStatus, PROBE_CONCURRENCY, ProbeOut, ProbeResult, SCHEMA, StatusArgs, StatusReport,
+    ControlPlaneStatus, PROBE_CONCURRENCY, ProbeArgs, ProbeOut, ProbeResult, SCHEMA, StatusArgs,
+    StatusReport,
 };
 use crate::cli::check::Report;
-use crate::engine::{Confirmation, EtcdState, EtcdTopology, next_action};
+use crate::engine::{Confirmation, ControlPlane, EtcdState, EtcdTopology, next_action};
 use crate::etcd::TransportKind;
 use crate::etcd::sweep::{Probers, SweepConfig, sweep_once};
 use crate::state::{ClusterState, Key, Kind, Object};
@@ -21,23 +22,12 @@ use crate::status::conditions;
 
 /// Lists, probes and reports.
 pub(super) async fn gather(args: &StatusArgs) -> anyhow::Result<StatusReport> {
-    let config = kube_config(args).await?;
-    let server = config.cluster_url.to_string();
-    let namespace = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| config.default_namespace.clone());
+    let (mgmt, default_namespace) = connect(&args.probe).await?;
+    let namespace = args.namespace.clone().unwrap_or(default_namespace);
     let scope = if args.all_namespaces {
         Scope::All
     } else {
         Scope::Namespace(namespace.clone())
-    };
-    let client = Client::try_from(config)
-        .with_context(|| format!("building a client for the API server at {server}"))?;
-    let mgmt = Mgmt {
-        client,
-        server,
-        timeout: args.request_timeout,
     };
     let listed = mgmt.list_all(&scope).await?;
     let selected = match select(&listed, args.cluster.as_deref(), &scope) {
@@ -56,8 +46,122 @@ pub(super) async fn gather(args: &StatusArgs) -> anyhow::Result<StatusReport> {
             bail!(unknown_cluster(&namespace, &name, &names, &elsewhere));
         }
     };
-    let mut warnings = listed.warnings.clone();
+    let probed = probe(&mgmt, listed, &selected, &args.probe, None).await;
+    let policy = args.grace.policy();
+    let now_unix = crate::cli::now_unix()?;
+    let state = &probed.state;
+    let mut control_planes = Vec::with_capacity(selected.len());
+    for (ns, name) in &selected {
+        let cp = probed.control_plane(ns, name)?;
+        let probe_error = state.probe_error(ns, &cp.cluster.name);
+        let next = next_action(&cp, &policy, now_unix);
+        let conds = conditions(
+            &cp,
+            &policy,
+            now_unix,
+            state.kcp_generation(ns, name),
+            probe_error.as_deref(),
+        );
+        let probe = probed.probe_out(&cp, &args.probe);
+        control_planes.push(ControlPlaneStatus {
+            report: Report::new(&cp, Vec::new(), &next, Vec::new()),
+            probe,
+            conditions: conds.to_vec(),
+        });
+    }
+    Ok(StatusReport {
+        schema: SCHEMA,
+        scope: match scope {
+            Scope::Namespace(ns) => format!("namespace {ns}"),
+            Scope::All => "any namespace".into(),
+        },
+        control_planes,
+        warnings: probed.warnings,
+    })
+}
 
+/// The management cluster's client, and the namespace its kubeconfig context names (else
+/// "default"), as kubectl takes it.
+pub(in crate::cli) async fn connect(args: &ProbeArgs) -> anyhow::Result<(Mgmt, String)> {
+    let config = kube_config(args).await?;
+    let server = config.cluster_url.to_string();
+    let namespace = config.default_namespace.clone();
+    let client = Client::try_from(config)
+        .with_context(|| format!("building a client for the API server at {server}"))?;
+    let mgmt = Mgmt {
+        client,
+        server,
+        timeout: args.request_timeout,
+    };
+    Ok((mgmt, namespace))
+}
+
+/// What one probe of the chosen control planes found: the caches with their objects and the
+/// probes' outcomes, and what could not be read.
+pub(in crate::cli) struct Probed {
+    pub(in crate::cli) state: ClusterState,
+    pub(in crate::cli) listed: Listed,
+    pub(in crate::cli) warnings: Vec<String>,
+    now: Instant,
+}
+
+impl Probed {
+    /// The control plane of KCP `ns/name` as the lists and the probe saw it.
+    pub(in crate::cli) fn control_plane(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> anyhow::Result<ControlPlane> {
+        self.state.control_plane(ns, name, self.now).map_err(|e| {
+            anyhow!("KubeadmControlPlane {ns}/{name} vanished from the listed objects ({e:?})")
+        })
+    }
+
+    /// How the etcd of `cp` was probed, for the reports.
+    pub(in crate::cli) fn probe_out(&self, cp: &ControlPlane, args: &ProbeArgs) -> ProbeOut {
+        let ns = &cp.kcp.namespace;
+        let cluster = &cp.cluster.name;
+        let probe_error = self.state.probe_error(ns, cluster);
+        ProbeOut {
+            result: match (&cp.etcd, cp.kcp.etcd) {
+                (_, EtcdTopology::External) => ProbeResult::NotProbed,
+                (EtcdState::Observed(_), _) => ProbeResult::Observed,
+                (EtcdState::Unknown { .. }, _) => ProbeResult::Failed,
+            },
+            error: match (&cp.etcd, cp.kcp.etcd) {
+                (_, EtcdTopology::External) => None,
+                (EtcdState::Unknown { reason }, _) => Some(probe_error.unwrap_or(reason.clone())),
+                (EtcdState::Observed(_), _) => None,
+            },
+            transport: {
+                let annotation = self.listed.transports.get(&(ns.clone(), cluster.clone()));
+                match TransportKind::for_cluster(
+                    annotation.map(String::as_str),
+                    args.etcd_transport,
+                ) {
+                    Ok(kind) => kind.as_str().to_string(),
+                    Err(_) => annotation.cloned().unwrap_or_default(),
+                }
+            },
+            took_ms: self
+                .state
+                .probe_duration(ns, cluster)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+}
+
+/// Puts the `selected` control planes of what was listed into a [`ClusterState`] and probes
+/// their etcd with one [`sweep_once`], as `serve`'s sweep does. `progress` is told (probed,
+/// of) every few hundred milliseconds while the probes run.
+pub(in crate::cli) async fn probe(
+    mgmt: &Mgmt,
+    listed: Listed,
+    selected: &[Key],
+    args: &ProbeArgs,
+    progress: Option<&(dyn Fn(usize, usize) + Sync)>,
+) -> Probed {
+    let mut warnings = listed.warnings.clone();
     // Only the chosen control planes go into the state, so the sweep probes only their etcd.
     let wanted: BTreeSet<&Key> = selected.iter().collect();
     let state = ClusterState::new();
@@ -101,13 +205,25 @@ pub(super) async fn gather(args: &StatusArgs) -> anyhow::Result<StatusReport> {
     let per_cluster = (args.probe_timeout * 2 + Duration::from_secs(5))
         + (args.probe_timeout + args.etcd_election_timeout).saturating_mul(probes);
     let bound = per_cluster.saturating_mul(waves.max(1));
-    if tokio::time::timeout(
-        bound,
-        sweep_once(&mgmt.client, &state, &cfg, &Probers::default()),
-    )
-    .await
-    .is_err()
-    {
+    let probers = Probers::default();
+    let sweep = tokio::time::timeout(bound, sweep_once(&mgmt.client, &state, &cfg, &probers));
+    let finished = match progress {
+        None => sweep.await.is_ok(),
+        Some(tell) => {
+            tokio::pin!(sweep);
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            loop {
+                tokio::select! {
+                    done = &mut sweep => break done.is_ok(),
+                    _ = tick.tick() => {
+                        let left = state.unprobed_clusters().len();
+                        tell(targets.len().saturating_sub(left), targets.len());
+                    }
+                }
+            }
+        }
+    };
+    if !finished {
         warnings.push(format!(
             "the etcd probes did not finish within {bound:?}; clusters not probed by then are shown as unknown"
         ));
@@ -116,76 +232,22 @@ pub(super) async fn gather(args: &StatusArgs) -> anyhow::Result<StatusReport> {
     let failed = targets
         .iter()
         .filter(|t| state.probe_error(&t.namespace, &t.cluster).is_some());
-    let explained = futures::future::join_all(failed.map(|t| {
-        let mgmt = &mgmt;
-        async move { (t, mgmt.explain_secret(&t.namespace, &t.cluster).await) }
-    }))
+    let explained = futures::future::join_all(
+        failed.map(|t| async move { (t, mgmt.explain_secret(&t.namespace, &t.cluster).await) }),
+    )
     .await;
     for (t, why) in explained {
         if let Some(why) = why {
             state.set_probe_error(&t.namespace, &t.cluster, why);
         }
     }
-
-    let policy = args.grace.policy();
-    let now = Instant::now();
-    let now_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .context("the system clock is before 1970")?;
-    let mut control_planes = Vec::with_capacity(selected.len());
-    for (ns, name) in &selected {
-        let cp = state.control_plane(ns, name, now).map_err(|e| {
-            anyhow!("KubeadmControlPlane {ns}/{name} vanished from the listed objects ({e:?})")
-        })?;
-        let cluster = cp.cluster.name.clone();
-        let probe_error = state.probe_error(ns, &cluster);
-        let next = next_action(&cp, &policy, now_unix);
-        let conds = conditions(
-            &cp,
-            &policy,
-            now_unix,
-            state.kcp_generation(ns, name),
-            probe_error.as_deref(),
-        );
-        let probe = ProbeOut {
-            result: match (&cp.etcd, cp.kcp.etcd) {
-                (_, EtcdTopology::External) => ProbeResult::NotProbed,
-                (EtcdState::Observed(_), _) => ProbeResult::Observed,
-                (EtcdState::Unknown { .. }, _) => ProbeResult::Failed,
-            },
-            error: match (&cp.etcd, cp.kcp.etcd) {
-                (_, EtcdTopology::External) => None,
-                (EtcdState::Unknown { reason }, _) => Some(probe_error.unwrap_or(reason.clone())),
-                (EtcdState::Observed(_), _) => None,
-            },
-            transport: {
-                let annotation = listed.transports.get(&(ns.clone(), cluster.clone()));
-                match TransportKind::for_cluster(
-                    annotation.map(String::as_str),
-                    args.etcd_transport,
-                ) {
-                    Ok(kind) => kind.as_str().to_string(),
-                    Err(_) => annotation.cloned().unwrap_or_default(),
-                }
-            },
-            took_ms: state
-                .probe_duration(ns, &cluster)
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        };
-        control_planes.push(ControlPlaneStatus {
-            report: Report::new(&cp, Vec::new(), &next, Vec::new()),
-            probe,
-            conditions: conds.to_vec(),
-        });
+    if let Some(tell) = progress {
+        tell(targets.len(), targets.len());
     }
-    Ok(StatusReport {
-        schema: SCHEMA,
-        scope: match scope {
-            Scope::Namespace(ns) => format!("namespace {ns}"),
-            Scope::All => "any namespace".into(),
-        },
-        control_planes,
+    Probed {
+        state,
+        listed,
         warnings,
-    })
+        now: Instant::now(),
+    }
 }

@@ -10,14 +10,14 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 
-use super::StatusArgs;
+use super::ProbeArgs;
 use crate::capi::{CapiCluster, CapiKcp, CapiMachine};
 use crate::engine::LABEL_CONTROL_PLANE;
 use crate::etcd::ETCD_TRANSPORT_ANNOTATION;
 use crate::state::{Key, Kind, Object, watch};
 
 /// The management cluster's client configuration, found as kubectl finds it.
-pub(super) async fn kube_config(args: &StatusArgs) -> anyhow::Result<kube::Config> {
+pub(in crate::cli) async fn kube_config(args: &ProbeArgs) -> anyhow::Result<kube::Config> {
     let options = KubeConfigOptions {
         context: args.context.clone(),
         ..Default::default()
@@ -49,32 +49,32 @@ pub(super) async fn kube_config(args: &StatusArgs) -> anyhow::Result<kube::Confi
 
 /// Where to list: one namespace, or all.
 #[derive(Clone, Debug)]
-pub(super) enum Scope {
+pub(in crate::cli) enum Scope {
     Namespace(String),
     All,
 }
 
 /// What the three lists gave, converted.
 #[derive(Default)]
-pub(super) struct Listed {
-    pub(super) clusters: Vec<CapiCluster>,
-    pub(super) kcps: Vec<CapiKcp>,
-    pub(super) machines: Vec<CapiMachine>,
+pub(in crate::cli) struct Listed {
+    pub(in crate::cli) clusters: Vec<CapiCluster>,
+    pub(in crate::cli) kcps: Vec<CapiKcp>,
+    pub(in crate::cli) machines: Vec<CapiMachine>,
     /// Cluster key -> its `quorumguard.io/etcd-transport` annotation, as written.
-    pub(super) transports: BTreeMap<Key, String>,
-    pub(super) warnings: Vec<String>,
+    pub(in crate::cli) transports: BTreeMap<Key, String>,
+    pub(in crate::cli) warnings: Vec<String>,
 }
 
 /// Everything the API server is asked, with its URL for messages and a bound on each call.
-pub(super) struct Mgmt {
-    pub(super) client: Client,
-    pub(super) server: String,
-    pub(super) timeout: Duration,
+pub(in crate::cli) struct Mgmt {
+    pub(in crate::cli) client: Client,
+    pub(in crate::cli) server: String,
+    pub(in crate::cli) timeout: Duration,
 }
 
 impl Mgmt {
     /// Lists one kind (control-plane Machines only) in `scope`.
-    pub(super) async fn list(
+    pub(in crate::cli) async fn list(
         &self,
         kind: Kind,
         scope: &Scope,
@@ -116,7 +116,7 @@ impl Mgmt {
                 s.reason
             ),
             kube::Error::Api(s) if s.code == 401 || s.code == 403 => anyhow!(
-                "{what}: {} ({} {}): quorumguard status needs get and list on clusters, \
+                "{what}: {} ({} {}): quorumguard status and preflight need get and list on clusters, \
                  kubeadmcontrolplanes and machines, and get on Secrets <cluster>-etcd (and \
                  <cluster>-kubeconfig for the port-forward transport)",
                 s.message,
@@ -131,7 +131,7 @@ impl Mgmt {
     }
 
     /// Lists the three kinds and converts them as the watch does.
-    pub(super) async fn list_all(&self, scope: &Scope) -> anyhow::Result<Listed> {
+    pub(in crate::cli) async fn list_all(&self, scope: &Scope) -> anyhow::Result<Listed> {
         let (clusters, kcps, machines) = futures::try_join!(
             self.list(Kind::Cluster, scope),
             self.list(Kind::Kcp, scope),
@@ -168,7 +168,11 @@ impl Mgmt {
 
     /// Says what is wrong when a probe failed because of the `<cluster>-etcd` Secret: missing or
     /// unreadable. `None` when the Secret is readable (the probe's own error then stands).
-    pub(super) async fn explain_secret(&self, namespace: &str, cluster: &str) -> Option<String> {
+    pub(in crate::cli) async fn explain_secret(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> Option<String> {
         let name = format!("{cluster}-etcd");
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         match tokio::time::timeout(self.timeout, secrets.get_opt(&name)).await {

@@ -1,5 +1,6 @@
 //! The status enricher's loop ([`enrich`]): sweep, record metrics, publish when leading, wait;
-//! and the figures of every probed cluster the metrics are made of ([`figures`]).
+//! the figures of every probed cluster the metrics are made of ([`figures`]), and the rollout
+//! prediction of every KCP ([`rollouts`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,11 +8,12 @@ use std::time::{Duration, Instant};
 use kube::Client;
 
 use super::{Publisher, Summary};
-use crate::engine::EtcdState;
 use crate::engine::quorum::Tally;
+use crate::engine::rollout::readiness;
+use crate::engine::{EtcdState, Policy};
 use crate::etcd::sweep::{Probers, SweepConfig, sweep_once};
 use crate::state::ClusterState;
-use crate::status::metrics::{ClusterFigures, EnricherMetrics};
+use crate::status::metrics::{ClusterFigures, EnricherMetrics, RolloutFigures};
 
 /// The figures of every probed cluster, for the metrics.
 pub fn figures(state: &ClusterState) -> Vec<ClusterFigures> {
@@ -43,6 +45,64 @@ pub fn figures(state: &ClusterState) -> Vec<ClusterFigures> {
         .collect()
 }
 
+/// The rollout prediction ([`readiness`]: `preflight` without its one-more-failure column) of
+/// every KCP in the caches, from the control plane as the caches and the latest probe show it (the one the published conditions are made of), as
+/// of `now_unix`. A KCP whose cluster has not been probed yet is left out, as the status writer
+/// leaves it (not probed yet is no failure); one whose latest probe failed is `cannot_judge`.
+/// Computed once per sweep, never per review.
+pub fn rollouts(state: &ClusterState, policy: &Policy, now_unix: i64) -> Vec<RolloutFigures> {
+    let now = Instant::now();
+    state
+        .kcps()
+        .into_iter()
+        .filter_map(|(ns, kcp)| rollout(state, policy, now_unix, now, ns, kcp))
+        .collect()
+}
+
+/// KCPs predicted between two yields of the enricher's runtime in [`enrich`].
+const PREDICTIONS_PER_YIELD: usize = 32;
+
+/// [`rollouts`], handing the enricher's runtime back every [`PREDICTIONS_PER_YIELD`] KCPs. That
+/// single-threaded runtime also drives the kept etcd connections, which the webhook's fresh
+/// probes share: a prediction of 1,000 KCPs in one go (tenths of a second) would hold up a
+/// review waiting for a fresh probe.
+async fn rollouts_yielding(
+    state: &ClusterState,
+    policy: &Policy,
+    now_unix: i64,
+) -> Vec<RolloutFigures> {
+    let now = Instant::now();
+    let mut out = Vec::new();
+    for chunk in state.kcps().chunks(PREDICTIONS_PER_YIELD) {
+        out.extend(
+            chunk
+                .iter()
+                .cloned()
+                .filter_map(|(ns, kcp)| rollout(state, policy, now_unix, now, ns, kcp)),
+        );
+        tokio::task::yield_now().await;
+    }
+    out
+}
+
+/// The prediction of KCP `ns/kcp`: `None` while its cluster awaits its first probe, or when the
+/// KCP is gone.
+fn rollout(
+    state: &ClusterState,
+    policy: &Policy,
+    now_unix: i64,
+    now: Instant,
+    ns: String,
+    kcp: String,
+) -> Option<RolloutFigures> {
+    if state.awaits_first_probe(&ns, &kcp) {
+        return None;
+    }
+    let cp = state.control_plane(&ns, &kcp, now).ok()?;
+    let predicted = readiness(&cp, policy, now_unix);
+    Some(RolloutFigures::of(ns, kcp, &predicted))
+}
+
 /// Hands the pages of memory freed during a cycle back to the OS.
 ///
 /// A cycle allocates and frees a lot in bursts (TLS handshakes and client certificates for new
@@ -64,11 +124,14 @@ const MIN_GAP: Duration = Duration::from_secs(1);
 /// The status enricher: sweep, record metrics, publish (when leading), wait for the interval, a
 /// Machine appearing or going, or a change of leadership; forever. `first_sweep` is told when
 /// the first sweep after the caches synced is done (readiness waits for it). `probers` are
-/// shared with the webhook's fresh probes ([`crate::etcd::fresh`]).
+/// shared with the webhook's fresh probes ([`crate::etcd::fresh`]). After each sweep every KCP's
+/// rollout is predicted under `policy` (the webhook's) for `quorumguard_rollout_ready`.
+#[allow(clippy::too_many_arguments)]
 pub async fn enrich(
     client: Client,
     state: Arc<ClusterState>,
     sweep: SweepConfig,
+    policy: Policy,
     publisher: Option<Arc<Publisher>>,
     metrics: Arc<EnricherMetrics>,
     probers: Arc<Probers>,
@@ -92,6 +155,11 @@ pub async fn enrich(
         }
         let swept = started.elapsed();
         metrics.observe_sweep(&figures(&state));
+        if synced {
+            let predicting = Instant::now();
+            let predicted = rollouts_yielding(&state, &policy, crate::unix_now()).await;
+            metrics.observe_rollouts(&predicted, predicting.elapsed());
+        }
         let mut published = None;
         if let Some(p) = &publisher {
             metrics.set_leader(p.leadership().is_leader());
