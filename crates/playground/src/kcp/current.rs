@@ -429,17 +429,18 @@ impl KcpController {
             orphan_members: seen.orphans().len() as u32,
         });
         let name = |key: u32| seen.machines[key as usize].name.clone();
-        let mut refused = None;
         if let Some(key) = r.remediate {
             let victim = name(key);
             let why = "remediation: it is annotated remediate-machine";
-            match self.kcp_delete(&victim, why).await? {
-                Ok(()) => return Ok(deleting(&victim, why)),
-                Err(e) => refused = Some((ReadyReason::WebhookDenies, e)),
-            }
+            // A refused remediation ends the reconcile (v1.14 returns the error and tries the
+            // same remediation next time), as `kcp::Reconcile::remediate` says.
+            return Ok(match self.kcp_delete(&victim, why).await? {
+                Ok(()) => deleting(&victim, why),
+                Err(e) => Move::Held(ReadyReason::WebhookDenies, e),
+            });
         }
         Ok(match r.then {
-            KcpMove::Converged => match refused.or(held) {
+            KcpMove::Converged => match held {
                 Some((reason, why)) => Move::Held(reason, why),
                 None => Move::Converged,
             },
