@@ -8,6 +8,8 @@
 //! kubeconfig (a delete denied, describe showing the conditions), and Ctrl-C stopping every
 //! process it started.
 
+#[path = "playground/prediction.rs"]
+mod prediction;
 mod support;
 
 use std::io::{BufRead, BufReader};

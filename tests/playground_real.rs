@@ -4,6 +4,9 @@
 //! its API, the person's Machine delete refused (403) in its audit log, every admission call
 //! the timeline shows made by kube-apiserver through the recording relay.
 //!
+//! Then `preflight`'s prediction against what the simulated KCP did, for two starting states
+//! (healthy, a member frozen), as tests/playground/prediction.rs does on the stand-in.
+//!
 //! Skipped (one printed line) without `KUBEBUILDER_ASSETS`, required with
 //! `QUORUMGUARD_REQUIRE_ENVTEST` (tests/support/envtest.rs). Also: asking for the real server
 //! without its binaries fails at once with exit status 2 and says what is missing.
@@ -16,14 +19,32 @@ use std::time::Instant;
 
 use kube::api::{Api, DynamicObject};
 use quorumguard::playground::apiserver::kcp_resource;
+use quorumguard::playground::prediction::check_prediction;
+use quorumguard::playground::realapi::Assets;
 use quorumguard::playground::scenarios;
 use quorumguard::playground::timeline::{Sink, Timeline};
 use quorumguard::playground::world::{
-    HUMAN, KCP, NAMESPACE, NEW_VERSION, RealApiPlan, World, WorldOptions, kcp_controller,
+    HUMAN, KCP, NAMESPACE, NEW_VERSION, RealApiPlan, Start, World, WorldOptions, kcp_controller,
 };
 use serde_json::Value;
 use support::envtest::{self, capi_crds_dir};
 use support::https::TempDir;
+
+/// The playground's world on a real kube-apiserver with `assets`, in `dir`.
+async fn real_world(assets: Assets, dir: &TempDir) -> Arc<World> {
+    let options = WorldOptions {
+        real_api: Some(RealApiPlan {
+            assets,
+            crds: capi_crds_dir(),
+        }),
+        ..WorldOptions::new(dir.path().to_path_buf())
+    };
+    Arc::new(
+        World::start(options, |_| {})
+            .await
+            .expect("the playground starts on the real API server"),
+    )
+}
 
 #[test]
 fn upgrade_stuck_on_a_real_apiserver() {
@@ -35,18 +56,7 @@ fn upgrade_stuck_on_a_real_apiserver() {
     support::etcd::runtime().block_on(async {
         let dir = TempDir::new("pg-real");
         let started = Instant::now();
-        let options = WorldOptions {
-            real_api: Some(RealApiPlan {
-                assets,
-                crds: capi_crds_dir(),
-            }),
-            ..WorldOptions::new(dir.path().to_path_buf())
-        };
-        let world = Arc::new(
-            World::start(options, |_| {})
-                .await
-                .expect("the playground starts on the real API server"),
-        );
+        let world = real_world(assets, &dir).await;
         assert!(world.api.stand_in().is_none());
         let before = world.webhooks.call_count();
         let tl = Timeline::new(Sink::Memory);
@@ -146,5 +156,36 @@ fn real_apiserver_without_its_binaries_says_what_is_missing() {
         out.stdout.is_empty(),
         "nothing started: {}",
         String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// `preflight`'s prediction against what the simulated KCP did, on the real kube-apiserver
+/// (the objects pass the CRDs' schemas, kube-apiserver calls the webhook, the server stamps the
+/// Machines' creation times): as tests/playground/prediction.rs does on the stand-in.
+fn prediction_on_a_real_apiserver(test: &str, start: Start) {
+    let Some(assets) = envtest::assets(test) else {
+        return;
+    };
+    let _etcd = support::etcd::slot();
+    let _apiserver = envtest::slot();
+    support::etcd::runtime().block_on(async {
+        let dir = TempDir::new("pg-real-predict");
+        let world = real_world(assets, &dir).await;
+        if let Err(e) = check_prediction(&world, test, start).await {
+            panic!("{e}");
+        }
+    });
+}
+
+#[test]
+fn prediction_healthy_on_a_real_apiserver() {
+    prediction_on_a_real_apiserver("prediction_healthy_on_a_real_apiserver", Start::Healthy);
+}
+
+#[test]
+fn prediction_member_frozen_on_a_real_apiserver() {
+    prediction_on_a_real_apiserver(
+        "prediction_member_frozen_on_a_real_apiserver",
+        Start::MemberFrozen,
     );
 }

@@ -11,18 +11,27 @@
 //!   (`kubeadm join` before learner mode), then scale down by removing the old etcd member
 //!   *first* and deleting its Machine after. [`KcpController::crash_after_member_removal`]
 //!   loses leader election between the two, as in the issue.
-//! - [`Style::Current`]: scale up with a learner that is promoted once it has caught up;
-//!   scale down and remediation delete the Machine, and KCP's pre-terminate hook removes the
-//!   member during the deletion.
+//! - [`Style::Current`]: KCP of today, its decisions taken by the engine's own model of KCP
+//!   ([`crate::engine::kcp::reconcile`], the step function `quorumguard preflight` plays a
+//!   rollout with), fed from what is real: etcd's member list from the real etcd, each member's
+//!   health from its process (frozen, stopped or never started: unhealthy), the Machines from
+//!   the API server. One action per step, so a test can act between any two (`kcp/current.rs`):
+//!   a deletion finishes (KCP's pre-terminate hook removes the member when KCP's check allows
+//!   it), a new Machine's node joins (its member added as a learner and started; then promoted
+//!   and the node set), or KCP reconciles (remediation, create a Machine, delete one through
+//!   the webhook).
 //!
 //! What it does not do: drain nodes, wait for kubelets, version skew rules, KCP's status; its
-//! health preflight asks the playground's process state (frozen or stopped members) instead of
+//! health check asks the playground's process state (frozen or stopped members) instead of
 //! probing etcd as KCP does.
+
+mod current;
 
 use std::sync::Arc;
 
 use serde_json::json;
 
+use super::engine::rollout::{ReadyReason, StepKind};
 use super::etcd::EtcdError;
 use super::timeline::Timeline;
 use super::world::{
@@ -65,6 +74,13 @@ pub struct KcpController {
     pub follow_next_action: bool,
     /// Machine deletions the webhook refused.
     pub denials: Vec<String>,
+    /// [`Style::Current`]: the Machines this controller created whose node is joining (their
+    /// `kubeadm join` runs). A Machine without a node that is not here joins no further.
+    joining: Vec<String>,
+    /// [`Style::Current`]: every action carried out, with the Machine it was about.
+    pub actions: Vec<(StepKind, String)>,
+    /// [`Style::Current`]: why the last step was [`Step::Blocked`], as `preflight` names it.
+    pub blocked: Option<(ReadyReason, String)>,
 }
 
 impl KcpController {
@@ -76,26 +92,42 @@ impl KcpController {
             crash_after_member_removal: false,
             follow_next_action: false,
             denials: Vec::new(),
+            joining: Vec::new(),
+            actions: Vec::new(),
+            blocked: None,
         }
     }
 
     /// One reconcile action.
     pub async fn step(&mut self) -> Result<Step, WorldError> {
+        match self.style {
+            Style::V03 => self.step_v03().await,
+            Style::Current => self.step_current().await,
+        }
+    }
+
+    /// The Machine quorumguard's `NextAction` condition says to delete, when following it.
+    fn next_action_target(&self, machines: &[MachineView]) -> Option<String> {
+        if !self.follow_next_action {
+            return None;
+        }
+        let c = self.world.conditions();
+        let target = c.action_target()?;
+        (c.action() == "DeleteMachine" && machines.iter().any(|m| m.name == target))
+            .then_some(target)
+    }
+
+    /// One reconcile action of KCP v0.3.
+    async fn step_v03(&mut self) -> Result<Step, WorldError> {
         let machines = self.world.machines();
         // The Machine controller finishes deletions first: KCP waits for them.
         if let Some(m) = machines.iter().find(|m| m.deleting) {
             return self.finish_deletion(m).await;
         }
-        if self.follow_next_action {
-            let c = self.world.conditions();
-            if c.action() == "DeleteMachine"
-                && let Some(target) = c.action_target()
-                && machines.iter().any(|m| m.name == target)
-            {
-                return self
-                    .delete(&target, "quorumguard's NextAction is DeleteMachine for it")
-                    .await;
-            }
+        if let Some(target) = self.next_action_target(&machines) {
+            return self
+                .delete(&target, "quorumguard's NextAction is DeleteMachine for it")
+                .await;
         }
         if let Some(m) = machines
             .iter()
@@ -155,42 +187,25 @@ impl KcpController {
             "kcp",
             &format!("scale up: created Machine {name} ({version}); its node joins etcd"),
         );
-        let learner = self.style == Style::Current;
         let member = name.clone();
         let _progress = self
             .timeline
             .progress(&format!("etcd member {name} joining"));
+        // KCP v0.3 joins with a voting member (kubeadm before learner mode).
         self.world
             .etcd(move |e| -> Result<(), EtcdError> {
-                let i = if learner {
-                    e.add_learner(&member)?
-                } else {
-                    e.add_member(&member)?
-                };
-                e.start_member(i)?;
-                if learner {
-                    e.promote(i)?;
-                }
-                Ok(())
+                let i = e.add_member(&member)?;
+                e.start_member(i)
             })
             .await??;
         self.world.refresh_endpoints().await?;
         self.world.set_node(&name).await?;
-        Ok(Step::Acted(if learner {
-            format!(
-                "etcd member {name} joined as a learner and was promoted; Machine {name} has its node"
-            )
-        } else {
-            format!("etcd member {name} joined (voting); Machine {name} has its node")
-        }))
+        Ok(Step::Acted(format!(
+            "etcd member {name} joined (voting); Machine {name} has its node"
+        )))
     }
 
     async fn scale_down(&mut self, victim: &str) -> Result<Step, WorldError> {
-        if self.style == Style::Current {
-            return self
-                .delete(victim, "scale down: the oldest outdated Machine")
-                .await;
-        }
         // KCP v0.3: the member first, then the Machine.
         self.remove_member(victim).await?;
         self.timeline.event(
@@ -231,22 +246,28 @@ impl KcpController {
 
     /// Deletes Machine `name` as the KCP controller, through the webhook.
     async fn delete(&mut self, name: &str, why: &str) -> Result<Step, WorldError> {
+        Ok(match self.kcp_delete(name, why).await? {
+            Ok(()) => Step::Acted(format!("Machine {NAMESPACE}/{name} is being deleted")),
+            Err(refused) => Step::Blocked(refused),
+        })
+    }
+
+    /// Deletes Machine `name` as the KCP controller, through the webhook: `Ok(Err)` says why
+    /// the API server refused.
+    async fn kcp_delete(
+        &mut self,
+        name: &str,
+        why: &str,
+    ) -> Result<Result<(), String>, WorldError> {
         self.timeline
             .event("kcp", &format!("delete Machine {NAMESPACE}/{name} ({why})"));
         let before = self.world.webhooks.call_count();
         let answer = self.world.delete_machine(name, kcp_controller()).await?;
         super::scenarios::print_admissions(&self.world, &self.timeline, before);
-        match answer {
-            Ok(()) => Ok(Step::Acted(format!(
-                "Machine {NAMESPACE}/{name} is being deleted"
-            ))),
-            Err((code, message)) => {
-                self.denials.push(name.to_string());
-                Ok(Step::Blocked(format!(
-                    "deleting Machine {NAMESPACE}/{name} was refused ({code}): {message}"
-                )))
-            }
-        }
+        Ok(answer.map_err(|(code, message)| {
+            self.denials.push(name.to_string());
+            format!("deleting Machine {NAMESPACE}/{name} was refused ({code}): {message}")
+        }))
     }
 
     /// The Machine controller's part of a deletion: KCP's pre-terminate hook removes the etcd

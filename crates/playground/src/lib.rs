@@ -24,6 +24,8 @@
 //! - [`realapi`]: a real kube-apiserver and its etcd on loopback (envtest's binaries) with the
 //!   Cluster API CRDs installed, for `quorumguard playground --real-apiserver` and the tests.
 //! - [`child`]: child processes that die with this process even when it is SIGKILLed.
+//! - [`prediction`]: `preflight`'s prediction set against the rollout the simulated KCP carries
+//!   out on the playground.
 //! - [`truth`]: every status quorumguard publishes during a story, checked against what etcd
 //!   itself (etcdctl, not quorumguard's prober) said around that moment.
 //! - [`webhooks`]: kube-apiserver's validating-webhook dispatch for the stand-in, driven by the
@@ -39,6 +41,7 @@ pub mod child;
 pub mod cli;
 pub mod etcd;
 pub mod kcp;
+pub mod prediction;
 pub mod realapi;
 pub mod scenarios;
 pub mod timeline;

@@ -41,6 +41,9 @@
 //!   webhook).
 //! - `members.rs`: the etcd cluster under the world: what it lists, and the Cluster's endpoints
 //!   annotation kept current with it.
+//! - `starts.rs`: starting states a test puts the world in before a rollout (a member frozen or
+//!   killed, a leftover learner, a learner never promoted, a fourth Machine, a Machine stuck
+//!   deleting), and the control plane as `quorumguard status` sees it (one listing, one probe).
 
 mod backend;
 mod child_serve;
@@ -50,6 +53,7 @@ mod objects;
 mod real;
 mod requests;
 mod serve;
+mod starts;
 #[cfg(test)]
 mod tests;
 mod view;
@@ -62,7 +66,7 @@ use super::apiserver::{ApiServer, StoreError};
 use super::etcd::{EtcdCluster, EtcdError, EtcdOptions};
 use super::realapi::Assets;
 use super::webhooks::{SERVICE_DNS_NAME, WebhookDispatcher, WebhookTarget};
-use crate::engine::model::DEFAULT_KCP_CONTROLLER;
+use crate::engine::model::{DEFAULT_KCP_CONTROLLER, Policy};
 use crate::server;
 use child_serve::ChildPlan;
 use files::{webhook_certs, write_kubeconfig};
@@ -74,6 +78,7 @@ pub use backend::{Backend, RealBackend};
 pub use serve::{
     LEASE_NAME, LEASE_NAMESPACE, LeaseView, SERVE_IDENTITY, SERVE_USER, ServeStart, Serving,
 };
+pub use starts::{FOREIGN_PRE_TERMINATE_HOOK, Start};
 pub use view::{Conditions, MachineView, Published};
 
 /// The namespace of the playground's workload cluster objects.
@@ -167,7 +172,12 @@ pub struct WorldOptions {
     pub serve: ServeMode,
     /// Run on a real kube-apiserver instead of the stand-in (`None`: the stand-in).
     pub real_api: Option<RealApiPlan>,
+    /// etcd members, and as many Machines and KCP replicas: 1 to [`MAX_SEEDED`] (default 3).
+    pub members: usize,
 }
+
+/// The most members (and Machines) a world starts with.
+pub const MAX_SEEDED: usize = 5;
 
 /// A real kube-apiserver to run the world on: its binaries and the Cluster API CRDs to install.
 #[derive(Clone, Debug)]
@@ -186,6 +196,7 @@ impl WorldOptions {
             election_timeout: super::etcd::ELECTION_TIMEOUT,
             serve: ServeMode::InProcess,
             real_api: None,
+            members: 3,
         }
     }
 }
@@ -245,6 +256,8 @@ pub struct World {
     child: Option<ChildPlan>,
     /// Names handed out to new Machines, in order.
     next_name: Mutex<usize>,
+    /// The policy `serve` runs with (the webhook's and the prober's).
+    policy: Policy,
     probe_interval: Duration,
     probe_deadline: Duration,
 }
@@ -267,12 +280,21 @@ impl World {
             path: options.dir.clone(),
             source,
         })?;
-        let names: Vec<String> = SUFFIXES[..3].iter().map(|s| format!("{KCP}-{s}")).collect();
-        step("starting etcd: 3 members with TLS on 127.0.0.1");
+        let n = options.members;
+        if !(1..=MAX_SEEDED).contains(&n) {
+            return Err(WorldError::Other(format!(
+                "a world starts with 1 to {MAX_SEEDED} members, not {n}"
+            )));
+        }
+        let names: Vec<String> = SUFFIXES[..n].iter().map(|s| format!("{KCP}-{s}")).collect();
+        step(&format!(
+            "starting etcd: {n} member{} with TLS on 127.0.0.1",
+            if n == 1 { "" } else { "s" }
+        ));
         let etcd_options = EtcdOptions {
             parent_dir: Some(options.dir.clone()),
             names: names.clone(),
-            ..EtcdOptions::new(3)
+            ..EtcdOptions::new(n)
         };
         let etcd = tokio::task::spawn_blocking(move || EtcdCluster::start_with(etcd_options))
             .await
@@ -301,6 +323,7 @@ impl World {
         step("starting quorumguard serve (webhook, prober, status publisher)");
         let certs = webhook_certs(&options.dir)?;
         let kubeconfig = options.dir.join("kubeconfig");
+        let mut policy = serve_config(&options, &certs).policy;
         let (serve, child, addr) = match (&options.serve, &api) {
             (ServeMode::InProcess, Backend::StandIn(standin)) => {
                 write_kubeconfig(standin, &kubeconfig, KUBECONFIG_USER)?;
@@ -322,6 +345,7 @@ impl World {
                 })?;
                 let mut config = serve_config(&options, &certs);
                 config.policy.join_grace = REAL_JOIN_GRACE;
+                policy = config.policy.clone();
                 let running = server::start(config, real.admin_client()?)
                     .await
                     .map_err(WorldError::Serve)?;
@@ -367,7 +391,8 @@ impl World {
             etcd: Arc::new(Mutex::new(etcd)),
             server: Mutex::new(Some(serve)),
             child,
-            next_name: Mutex::new(3),
+            next_name: Mutex::new(n),
+            policy,
             probe_interval: options.probe_interval,
             probe_deadline: options.probe_deadline,
         })
@@ -378,6 +403,16 @@ impl World {
     /// interval before the write, and a loaded machine adds a second.
     pub fn truth_lag(&self) -> Duration {
         self.probe_deadline + self.probe_interval + Duration::from_secs(1)
+    }
+
+    /// The policy quorumguard serve runs with here.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The per-probe deadline quorumguard serve runs with here.
+    pub fn probe_deadline(&self) -> Duration {
+        self.probe_deadline
     }
 
     /// How long to let quorumguard catch up with a change: two probe intervals.

@@ -290,7 +290,28 @@ impl EtcdCluster {
 }
 
 /// A port free on 127.0.0.1 right now.
+/// Ports picked for members: below Linux's ephemeral range (32768 and up by default), so that
+/// an outgoing connection's local port cannot take a member's port between the pick and etcd's
+/// bind (a member added to a busy cluster waits seconds for etcd to accept it first).
+const PORTS: std::ops::Range<u16> = 20000..32000;
+
+/// A port on 127.0.0.1 that nothing listens on now: from [`PORTS`], starting at a spot that
+/// differs per call, else one the kernel picks.
 fn free_port() -> Result<u16, EtcdError> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let span = u64::from(PORTS.end - PORTS.start);
+    let seed = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| u64::from(d.subsec_nanos()))
+        .unwrap_or(0)
+        .wrapping_add(u64::from(std::process::id()).wrapping_mul(7919))
+        .wrapping_add(NEXT.fetch_add(101, Ordering::Relaxed));
+    for i in 0..200 {
+        let port = PORTS.start + ((seed + i * 37) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

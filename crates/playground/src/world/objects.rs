@@ -118,7 +118,7 @@ pub(super) async fn seed(
             "generation": 1,
         },
         "spec": {
-            "replicas": 3,
+            "replicas": names.len(),
             "version": OLD_VERSION,
             "kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"local": {"dataDir": "/var/lib/etcd"}}}},
             "machineTemplate": {"spec": {"infrastructureRef": {
@@ -167,6 +167,33 @@ pub(super) async fn seed(
     let secret = serde_json::to_value(&secret).map_err(|e| WorldError::Other(e.to_string()))?;
     let what = format!("Secret {NAMESPACE}/{CLUSTER}-etcd");
     store(api, &ApiResource::erase::<Secret>(&()), &what, secret).await
+}
+
+/// Stores a control-plane Machine of the old version as if created `age_secs` ago (on a real
+/// kube-apiserver: now, the server stamps it), with extra annotations and, with `node`, its
+/// node set.
+pub(super) async fn old_machine(
+    api: &Backend,
+    name: &str,
+    age_secs: i64,
+    node: bool,
+    annotations: &[&str],
+) -> Result<(), WorldError> {
+    let created = k8s_openapi::jiff::Timestamp::from_second(crate::unix_now() - age_secs)
+        .map(|t| t.to_string())
+        .map_err(|e| WorldError::Other(format!("a creation time: {e}")))?;
+    let mut machine = machine_object(name, OLD_VERSION, &kcp_uid(api));
+    machine["metadata"]["creationTimestamp"] = json!(created);
+    for a in annotations {
+        machine["metadata"]["annotations"][*a] = json!("");
+    }
+    machine["status"] = if node {
+        json!({"nodeRef": {"name": name}, "phase": "Running"})
+    } else {
+        json!({"phase": "Provisioned"})
+    };
+    let what = format!("Machine {NAMESPACE}/{name}");
+    store(api, &machine_resource(), &what, machine).await
 }
 
 /// The stored KCP's uid, for the Machines' owner reference.
