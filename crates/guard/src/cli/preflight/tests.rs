@@ -134,8 +134,7 @@ fn a_stuck_rollout_ends_its_table_with_the_step_that_cannot_happen() {
     assert!(text.contains(": WOULD STICK at step 1/15: "), "{text}");
     let last = text
         .lines()
-        .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
-        .last()
+        .rfind(|l| l.starts_with(|c: char| c.is_ascii_digit()))
         .expect("rows");
     assert!(
         last.starts_with("1  STICKS: MemberUnhealthy (above)"),
