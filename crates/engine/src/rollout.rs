@@ -100,6 +100,19 @@ impl fmt::Display for ReadyReason {
     }
 }
 
+impl From<Hold> for ReadyReason {
+    /// The reason a rollout sticks on when KCP's preflight holds it this way.
+    fn from(hold: Hold) -> Self {
+        match hold {
+            Hold::Deleting(_) => ReadyReason::DeletionHeld,
+            Hold::NoNode(_) => ReadyReason::JoinStuck,
+            Hold::Member(_, MemberFit::Learner) => ReadyReason::LearnerNotPromoted,
+            Hold::Member(..) => ReadyReason::MemberUnhealthy,
+            Hold::OrphanMembers(_) => ReadyReason::LeftoverMember,
+        }
+    }
+}
+
 /// The prediction for one control plane.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Readiness {
@@ -993,6 +1006,11 @@ impl<'p> Sim<'p> {
 
     /// Why KCP's preflight holds, in words.
     fn hold_words(&self, hold: Hold) -> (ReadyReason, String) {
+        (ReadyReason::from(hold), self.hold_sentence(hold))
+    }
+
+    /// [`Sim::hold_words`]'s sentence.
+    fn hold_sentence(&self, hold: Hold) -> String {
         let ns = &self.cp.kcp.namespace;
         let name = |key: u32| {
             self.cp
@@ -1001,19 +1019,13 @@ impl<'p> Sim<'p> {
                 .map_or_else(String::new, |m| m.name.clone())
         };
         match hold {
-            Hold::Deleting(k) => (
-                ReadyReason::DeletionHeld,
-                format!(
-                    "Machine {ns}/{} is being deleted and its deletion cannot finish; KCP waits for it",
-                    name(k)
-                ),
+            Hold::Deleting(k) => format!(
+                "Machine {ns}/{} is being deleted and its deletion cannot finish; KCP waits for it",
+                name(k)
             ),
-            Hold::NoNode(k) => (
-                ReadyReason::JoinStuck,
-                format!(
-                    "Machine {ns}/{} has no node; KCP's preflight waits for it",
-                    name(k)
-                ),
+            Hold::NoNode(k) => format!(
+                "Machine {ns}/{} has no node; KCP's preflight waits for it",
+                name(k)
             ),
             Hold::Member(k, fit) => {
                 let m = &self.cp.machines[k as usize];
@@ -1028,26 +1040,17 @@ impl<'p> Sim<'p> {
                     })
                     .unwrap_or_default();
                 match fit {
-                    MemberFit::Learner => (
-                        ReadyReason::LearnerNotPromoted,
-                        format!(
-                            "the etcd member of Machine {ns}/{} is a learner; KCP's preflight waits for its promotion",
-                            m.name
-                        ),
+                    MemberFit::Learner => format!(
+                        "the etcd member of Machine {ns}/{} is a learner; KCP's preflight waits for its promotion",
+                        m.name
                     ),
-                    MemberFit::Missing => (
-                        ReadyReason::MemberUnhealthy,
-                        format!(
-                            "Machine {ns}/{} has no etcd member; KCP's preflight holds every scale operation",
-                            m.name
-                        ),
+                    MemberFit::Missing => format!(
+                        "Machine {ns}/{} has no etcd member; KCP's preflight holds every scale operation",
+                        m.name
                     ),
-                    _ => (
-                        ReadyReason::MemberUnhealthy,
-                        format!(
-                            "etcd member {shown} of Machine {ns}/{} is not healthy; KCP's preflight holds every scale operation until it is",
-                            m.name
-                        ),
+                    _ => format!(
+                        "etcd member {shown} of Machine {ns}/{} is not healthy; KCP's preflight holds every scale operation until it is",
+                        m.name
                     ),
                 }
             }
@@ -1065,12 +1068,9 @@ impl<'p> Sim<'p> {
                         )
                     })
                     .collect();
-                (
-                    ReadyReason::LeftoverMember,
-                    format!(
-                        "etcd lists member(s) no Machine claims: {}; KCP's etcd check fails while they are listed, and etcd takes one learner at a time",
-                        orphans.join(", ")
-                    ),
+                format!(
+                    "etcd lists member(s) no Machine claims: {}; KCP's etcd check fails while they are listed, and etcd takes one learner at a time",
+                    orphans.join(", ")
                 )
             }
         }

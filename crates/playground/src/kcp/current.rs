@@ -511,60 +511,51 @@ fn deleting(name: &str, why: &str) -> Move {
 
 /// Why KCP's preflight holds, in words, with `preflight`'s name for it.
 fn hold_words(seen: &Seen, hold: Hold) -> (ReadyReason, String) {
+    let words = hold_sentence(seen, hold);
+    (ReadyReason::from(hold), words)
+}
+
+/// [`hold_words`]'s sentence.
+fn hold_sentence(seen: &Seen, hold: Hold) -> String {
     let name = |key: u32| {
         seen.machines
             .get(key as usize)
             .map_or_else(String::new, |m| m.name.clone())
     };
     match hold {
-        Hold::Deleting(k) => (
-            ReadyReason::DeletionHeld,
-            format!(
-                "Machine {NAMESPACE}/{} is being deleted: KCP waits for the deletion",
-                name(k)
-            ),
+        Hold::Deleting(k) => format!(
+            "Machine {NAMESPACE}/{} is being deleted: KCP waits for the deletion",
+            name(k)
         ),
-        Hold::NoNode(k) => (
-            ReadyReason::JoinStuck,
-            format!(
-                "Machine {NAMESPACE}/{} has no node: KCP's preflight waits for it",
-                name(k)
-            ),
+        Hold::NoNode(k) => format!(
+            "Machine {NAMESPACE}/{} has no node: KCP's preflight waits for it",
+            name(k)
         ),
-        Hold::Member(k, MemberFit::Learner) => (
-            ReadyReason::LearnerNotPromoted,
-            format!(
-                "the etcd member of Machine {NAMESPACE}/{} is a learner: KCP's preflight waits for its promotion",
-                name(k)
-            ),
+        Hold::Member(k, MemberFit::Learner) => format!(
+            "the etcd member of Machine {NAMESPACE}/{} is a learner: KCP's preflight waits for its promotion",
+            name(k)
         ),
-        Hold::Member(k, fit) => (
-            ReadyReason::MemberUnhealthy,
-            format!(
-                "the etcd member of Machine {NAMESPACE}/{} is {}: KCP's preflight holds every scale operation",
-                name(k),
-                if fit == MemberFit::Missing {
-                    "missing"
-                } else {
-                    "not healthy (its process is frozen or down)"
-                }
-            ),
+        Hold::Member(k, fit) => format!(
+            "the etcd member of Machine {NAMESPACE}/{} is {}: KCP's preflight holds every scale operation",
+            name(k),
+            if fit == MemberFit::Missing {
+                "missing"
+            } else {
+                "not healthy (its process is frozen or down)"
+            }
         ),
-        Hold::OrphanMembers(_) => (
-            ReadyReason::LeftoverMember,
-            format!(
-                "etcd lists member(s) no Machine claims: {}: KCP's etcd check fails while they are listed",
-                seen.orphans()
-                    .iter()
-                    .map(|x| format!(
-                        "{} ({:x}{})",
-                        x.shown(),
-                        x.id,
-                        if x.learner { ", a learner" } else { "" }
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+        Hold::OrphanMembers(_) => format!(
+            "etcd lists member(s) no Machine claims: {}: KCP's etcd check fails while they are listed",
+            seen.orphans()
+                .iter()
+                .map(|x| format!(
+                    "{} ({:x}{})",
+                    x.shown(),
+                    x.id,
+                    if x.learner { ", a learner" } else { "" }
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
