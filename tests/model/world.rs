@@ -508,6 +508,7 @@ pub fn control_plane(
             max_surge: u32::from(max_surge),
             deleting: false,
             version: Some(format!("v1.{version}")),
+            etcd_learner_mode: None,
         },
         machines,
         etcd,
