@@ -268,7 +268,7 @@ pub(crate) fn promotion_safe(before: Tally) -> bool {
 }
 
 /// Whether removing member `o` is safe and keeps the fault tolerance advice must keep.
-fn removable(o: &Member, tally: Tally, keep: i64, stale: bool) -> bool {
+fn removable(o: &Member, members: &[Member], tally: Tally, keep: i64, stale: bool) -> bool {
     let mut removed = Tally::default();
     // A learner does not vote: removing it changes no count.
     if !o.is_learner {
@@ -279,7 +279,8 @@ fn removable(o: &Member, tally: Tally, keep: i64, stale: bool) -> bool {
         unhealthy: tally.unhealthy - removed.unhealthy,
         unknown: tally.unknown - removed.unknown,
     };
-    quorum::removal(tally, removed) == Safety::Safe
+    (quorum::removal(tally, removed) == Safety::Safe
+        || quorum::unfit_voter_removal_safe(members, o, stale))
         && quorum::tolerance(after.voting(), after.healthy) >= keep
 }
 
@@ -333,7 +334,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     if let Some(a) = free_space(cp, members, stale) {
         return a;
     }
-    if tally.quorum_lost() {
+    if quorum::raft_quorum_lost(members, stale) {
         return NextAction::new(
             ActionCode::RestoreQuorum,
             format!(
@@ -378,7 +379,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
             )
             .with(u.id.to_string(), None);
         }
-        if removable(u, tally, keep, stale) {
+        if removable(u, members, tally, keep, stale) {
             let failed = memberless.first();
             let why = match failed {
                 Some(m) => format!(
@@ -456,7 +457,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     let orphan_removal = || {
         orphans
             .iter()
-            .find(|o| removable(o, tally, keep, stale))
+            .find(|o| removable(o, members, tally, keep, stale))
             .map(|o| {
                 remove_member(
                     o,
@@ -710,12 +711,28 @@ fn refused_remediation(
         .copied()
         .filter(|m| m.annotation(ANNOTATION_REMEDIATE).is_some())
         .min_by_key(|m| kcp_healthy(m))?;
+    // v1.14 remediates nothing with a single Machine (`remediation.go`
+    // `reconcileUnhealthyMachines`: `Machines.Len() <= 1` goes on to scale).
+    if cp.machines.len() <= 1 {
+        return None;
+    }
     let j = judge_delete(cp, m, &controller(policy), policy, now_unix, Words::All);
     if j.allowed || j.reason == Reason::PendingJoin {
         return None;
     }
     let ns = &cp.kcp.namespace;
-    let down = not_healthy_names(cp.members(), stale);
+    let any_down = cp
+        .members()
+        .iter()
+        .any(|x| !x.is_learner && !quorum::effective_ref(x, stale).is_healthy());
+    let first = if any_down {
+        format!(
+            "Either bring back etcd on {} (then KCP's retry succeeds), or take the remediation request back so that KCP can go on",
+            not_healthy_names(cp.members(), stale)
+        )
+    } else {
+        "Take the remediation request back so that KCP can go on".to_string()
+    };
     let cmd = format!(
         "kubectl annotate machine -n {ns} {} {ANNOTATION_REMEDIATE}-",
         m.name
@@ -740,13 +757,12 @@ fn refused_remediation(
         NextAction::new(
             ActionCode::CheckEtcdHealth,
             format!(
-                "KCP is remediating Machine {ns}/{} and quorumguard refuses that deletion ({}: {} healthy of {} voting members, quorum {}); KCP retries it and does nothing else until it succeeds. Either bring back etcd on {} (then KCP's retry succeeds), or take the remediation request back so that KCP can go on: `{cmd}`.{sicker}",
+                "KCP is remediating Machine {ns}/{} and quorumguard refuses that deletion ({}: {} healthy of {} voting members, quorum {}); KCP retries it and does nothing else until it succeeds. {first}: `{cmd}`.{sicker}",
                 m.name,
                 j.reason,
                 tally.healthy,
                 tally.voting(),
                 quorum::quorum(tally.voting()),
-down
             ),
         )
         .with(m.name.clone(), Some(cmd)),
@@ -763,7 +779,7 @@ fn free_space(cp: &ControlPlane, members: &[Member], stale: bool) -> Option<Next
         .filter(|m| m.alarms.contains(&Alarm::NoSpace))
         .collect();
     let first = raised.first()?;
-    if Tally::of(members, stale).quorum_lost() {
+    if quorum::raft_quorum_lost(members, stale) {
         return None;
     }
     let names: Vec<String> = raised

@@ -237,7 +237,7 @@ pub(super) fn judge_delete_quorum(
     let after_alone = minus(before, alone);
     let figures = Figures::new(before, after_alone);
     let problems = not_healthy_list(cp, stale);
-    if before.quorum_lost() {
+    if quorum::raft_quorum_lost(members, stale) {
         return Judgement::deny(
             Reason::QuorumLost,
             format!(
@@ -292,7 +292,11 @@ pub(super) fn judge_delete_quorum(
         pending: &pending,
         stale,
     };
-    if alone_safety == Safety::Unsafe {
+    // A member that votes though its data is wrong (CORRUPT): its removal alone is the way
+    // out when raft keeps its quorum (see `quorum::unfit_voter_removal_safe`).
+    let unfit_way_out =
+        pending.is_empty() && quorum::unfit_voter_removal_safe(members, member, stale);
+    if alone_safety == Safety::Unsafe && !unfit_way_out {
         return Judgement::deny(
             Reason::WouldLoseQuorum,
             format!(

@@ -173,7 +173,7 @@ pub(super) fn judge_scale_down(
     let after = minus(before, removed);
     let figures = Figures::new(before, after);
     let problems = not_healthy_list(cp, stale);
-    if before.quorum_lost() {
+    if quorum::raft_quorum_lost(cp.members(), stale) {
         return Judgement::deny(
             Reason::QuorumLost,
             format!(
@@ -244,7 +244,7 @@ pub(super) fn judge_scale_up(
     };
     let figures = Figures::new(before, after);
     let problems = not_healthy_list(cp, stale);
-    if before.quorum_lost() {
+    if quorum::raft_quorum_lost(cp.members(), stale) {
         return Judgement::deny(
             Reason::QuorumLost,
             format!(
@@ -350,7 +350,7 @@ fn judge_scale_up_learner(cp: &ControlPlane, from: u32, to: u32, policy: &Policy
     let figures = Figures::new(before, before);
     let problems = not_healthy_list(cp, stale);
     let joins = cp.joins();
-    if before.quorum_lost() {
+    if quorum::raft_quorum_lost(cp.members(), stale) {
         return Judgement::deny(
             Reason::QuorumLost,
             format!(

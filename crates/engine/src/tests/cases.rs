@@ -237,3 +237,32 @@ fn a_refused_remediation_names_the_way_out() {
         .insert(ANNOTATION_REMEDIATE.into(), String::new());
     assert_ne!(next(&c).code, ActionCode::CheckEtcdHealth);
 }
+
+/// A CORRUPT member still votes (the alarm refuses its reads and writes, not raft): with one
+/// healthy member and one corrupt one, quorum holds as raft counts it, so nothing says
+/// `QuorumLost` or advises a snapshot restore, and removing the corrupt member (1 healthy of 1
+/// after) is allowed: it is the way out.
+#[test]
+fn a_corrupt_member_of_two_is_removable_not_a_lost_quorum() {
+    let mut c = cp(2, &[("a", healthy()), ("b", healthy())]);
+    members_mut(&mut c)[1].alarms.push(Alarm::Corrupt);
+    let v = delete(&c, "b", &kcp_controller());
+    assert_verdict(&v, true, Reason::QuorumSafe);
+    // Removing the healthy one would leave only the corrupt member.
+    let v = delete(&c, "a", &kcp_controller());
+    assert_verdict(&v, false, Reason::WouldLoseQuorum);
+    assert!(!v.message.contains("snapshot"), "{}", v.message);
+    assert_ne!(
+        v.next_action.code,
+        ActionCode::RestoreQuorum,
+        "{}",
+        v.next_action.message
+    );
+    // The corrupt member down as well: raft has lost its quorum (1 of 2).
+    members_mut(&mut c)[1].health = down();
+    assert_verdict(
+        &delete(&c, "b", &kcp_controller()),
+        false,
+        Reason::QuorumLost,
+    );
+}
