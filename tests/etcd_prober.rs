@@ -13,7 +13,12 @@ mod support;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use quorumguard::engine::model::{Alarm, Health, Member};
+use quorumguard::engine::model::{
+    Alarm, Cluster, ControlPlane, DEFAULT_KCP_CONTROLLER, EtcdSnapshot, EtcdState, EtcdTopology,
+    Health, Kcp, Machine, Member, Policy, Requester,
+};
+use quorumguard::engine::quorum::Tally;
+use quorumguard::engine::{ActionCode, Operation, Reason, decide, next_action};
 use quorumguard::etcd::certs::sign_client_cert;
 use quorumguard::etcd::{ClientTls, Probe, ProbeError, Prober, probe};
 use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
@@ -547,6 +552,247 @@ fn nospace_alarm_attaches_to_the_member_it_names() {
         assert_eq!(m.health, Health::Healthy, "{}", show(&p));
     }
     assert_eq!(p.members.iter().filter(|m| m.is_leader).count(), 1);
+}
+
+/// What etcd answers to a write while a NOSPACE alarm stands (3.4 and 3.5 alike).
+const NOSPACE_ERROR: &str = "etcdserver: mvcc: database space exceeded";
+
+/// The engine's control plane for a probe: one KCP Machine per member, named after it (as
+/// kubeadm names members after nodes), created an hour ago, the probe taken just now.
+fn control_plane_of(p: &Probe, now_unix: i64) -> ControlPlane {
+    ControlPlane {
+        cluster: Cluster {
+            name: "c1".into(),
+            deleting: false,
+        },
+        kcp: Kcp {
+            name: "kcp".into(),
+            namespace: "ns".into(),
+            replicas: p.members.len() as u32,
+            etcd: EtcdTopology::Stacked,
+            max_surge: 1,
+            deleting: false,
+            version: Some("v1.32.0".into()),
+        },
+        machines: p
+            .members
+            .iter()
+            .map(|m| Machine {
+                created_unix: Some(now_unix - 3600),
+                ..Machine::new(m.name.clone())
+            })
+            .collect(),
+        etcd: EtcdState::Observed(EtcdSnapshot {
+            members: p.members.clone(),
+            age: Some(Duration::ZERO),
+        }),
+    }
+}
+
+/// etcdctl's `endpoint status -w json` of one endpoint: its status.
+fn status_json(cluster: &EtcdCluster, endpoint: &str) -> serde_json::Value {
+    let out = cluster
+        .etcdctl(
+            &[endpoint.to_string()],
+            &["endpoint", "status", "-w", "json"],
+        )
+        .unwrap_or_else(|e| panic!("endpoint status of {endpoint}: {e}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    v[0]["Status"].clone()
+}
+
+/// The facts docs/rules.md ("What NOSPACE does") rests on, on real etcd: a NOSPACE alarm on
+/// every member refuses writes, and nothing else. Reads, the leader and membership changes
+/// work; quorumguard's probe sees every member answer, the alarm on each, and the engine says
+/// `FreeSpace`, never lost quorum; compacting, defragmenting and disarming clears it.
+///
+/// The tally and the deletion's reason below need the engine to count NOSPACE as a write stop,
+/// not as an unhealthy member (issue 36, item 8); the rest holds on etcd as it is.
+#[test]
+fn nospace_keeps_quorum_and_membership() {
+    let started = Instant::now();
+    // A 1 MiB backend quota fills after about ten 100 kB puts.
+    let mut cluster = EtcdCluster::start_with_flags(3, &["--quota-backend-bytes=1048576"]);
+    let rt = support::etcd::runtime();
+    let prober = Prober::new(cluster.client_tls());
+    let endpoints = cluster.endpoints();
+    let (_, follower) = healthy_follower(&rt, &prober, &cluster);
+
+    // Fill through one member until etcd refuses; then a write through each member, which
+    // each refuses over its own quota and so raises its own alarm: NOSPACE on every member.
+    let blob = "x".repeat(100_000);
+    let mut refused = None;
+    for i in 0..40 {
+        if let Err(e) = cluster.etcdctl(&endpoints[..1], &["put", &format!("/blob/{i}"), &blob]) {
+            refused = Some(e);
+            break;
+        }
+    }
+    let refused = refused.expect("the quota was never reached");
+    assert!(refused.contains(NOSPACE_ERROR), "{refused}");
+    let more = "y".repeat(120_000);
+    for ep in &endpoints {
+        let e = cluster
+            .etcdctl(std::slice::from_ref(ep), &["put", "/more", &more])
+            .expect_err("a write under NOSPACE");
+        assert!(e.contains(NOSPACE_ERROR), "{ep}: {e}");
+    }
+    let p = probe_until(&rt, &prober, &endpoints, "NOSPACE on every member", |p| {
+        p.members.iter().all(|m| m.alarms.contains(&Alarm::NoSpace))
+    });
+    eprintln!("{}", show(&p));
+
+    // The probe: every member answers (status and a linearizable read), one leader, the alarm
+    // on each member.
+    assert_eq!(p.members.len(), 3);
+    for m in &p.members {
+        assert_eq!(m.health, Health::Healthy, "{}", show(&p));
+        assert_eq!(m.alarms, [Alarm::NoSpace], "{}", show(&p));
+    }
+    assert_eq!(p.members.iter().filter(|m| m.is_leader).count(), 1);
+
+    // etcd itself: writes refused everywhere, reads answered everywhere, linearizable (through
+    // the leader: quorum) and serializable; a delete is allowed.
+    for ep in &endpoints {
+        let one = std::slice::from_ref(ep);
+        let e = cluster
+            .etcdctl(one, &["put", "/small", "v"])
+            .expect_err("a small write under NOSPACE");
+        assert!(e.contains(NOSPACE_ERROR), "{ep}: {e}");
+        for consistency in ["l", "s"] {
+            let c = format!("--consistency={consistency}");
+            let got = cluster
+                .etcdctl(one, &["get", "/blob/0", "--keys-only", &c])
+                .unwrap_or_else(|e| panic!("{c} read from {ep} under NOSPACE: {e}"));
+            assert_eq!(got.trim(), "/blob/0", "{ep} {c}");
+        }
+    }
+    // Deleting is allowed: [/blob/1, /blob/9) is every blob but /blob/0 and /blob/9 (the space
+    // FreeSpace will reclaim below).
+    let deleted = cluster
+        .etcdctl(&endpoints[..1], &["del", "/blob/1", "/blob/9"])
+        .expect("a delete under NOSPACE");
+    assert!(
+        deleted.trim().parse::<u32>().is_ok_and(|n| n >= 5),
+        "deleted {deleted}"
+    );
+
+    // The engine on that probe: free space; a quorum, not a lost one.
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs() as i64;
+    let cp = control_plane_of(&p, now);
+    let policy = Policy::default();
+    let next = next_action(&cp, &policy, now);
+    assert_eq!(next.code, ActionCode::FreeSpace, "{}", next.message);
+    assert!(!next.message.contains("snapshot"), "{}", next.message);
+    let tally = Tally::of(&p.members, false);
+    assert!(
+        !tally.quorum_lost(),
+        "NOSPACE on every member is not quorum loss: {tally:?}"
+    );
+    let machine = cp
+        .machine(cluster.name(follower))
+        .expect("the follower's Machine")
+        .clone();
+    let verdict = decide(
+        &cp,
+        &Operation::DeleteMachine(machine),
+        &Requester::new(DEFAULT_KCP_CONTROLLER),
+        &policy,
+        now,
+    );
+    assert_ne!(verdict.reason, Reason::QuorumLost, "{}", verdict.message);
+    assert!(
+        !verdict.message.contains("from a snapshot"),
+        "{}",
+        verdict.message
+    );
+
+    // Membership under NOSPACE: a follower leaves (what KCP's pre-terminate hook does)...
+    let alarmed = cluster.member_id(follower);
+    cluster
+        .remove_and_stop(follower)
+        .unwrap_or_else(|e| panic!("member remove under NOSPACE: {e}"));
+    let listed = cluster.member_list();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(!listed.iter().any(|(id, _, _)| *id == alarmed));
+    let rest: Vec<String> = endpoints
+        .iter()
+        .filter(|e| **e != endpoints[follower])
+        .cloned()
+        .collect();
+    // ...and its alarm stays: etcd keeps refusing writes until it is disarmed.
+    let alarms = cluster
+        .etcdctl(&rest, &["alarm", "list"])
+        .expect("alarm list");
+    assert!(
+        alarms.contains(&format!("memberID:{alarmed} alarm:NOSPACE")),
+        "{alarms}"
+    );
+    // ...a learner joins (kubeadm's join), syncs and is promoted.
+    let learner = cluster.add_learner("m4");
+    cluster.start_member(learner);
+    let learner_ep = cluster.client_url(learner);
+    let status = status_json(&cluster, &learner_ep);
+    assert_eq!(status["isLearner"], true, "{status}");
+    let errors = status["errors"].to_string();
+    assert!(errors.contains("alarm:NOSPACE"), "{status}");
+    let got = cluster
+        .etcdctl(
+            std::slice::from_ref(&learner_ep),
+            &["get", "/blob/0", "--keys-only", "--consistency=s"],
+        )
+        .expect("a serializable read from the learner");
+    assert_eq!(got.trim(), "/blob/0", "the learner has the data");
+    cluster
+        .promote(learner)
+        .unwrap_or_else(|e| panic!("member promote under NOSPACE: {e}"));
+    let listed = cluster.member_list();
+    assert_eq!(
+        listed.iter().filter(|(_, _, learner)| !learner).count(),
+        3,
+        "{listed:?}"
+    );
+    let live: Vec<String> = rest.iter().cloned().chain([learner_ep]).collect();
+    let p = probe_until(&rt, &prober, &live, "3 voting members, one leader", |p| {
+        p.members.len() == 3
+            && p.members
+                .iter()
+                .all(|m| m.health == Health::Healthy && !m.is_learner)
+            && p.members.iter().filter(|m| m.is_leader).count() == 1
+    });
+    eprintln!("{}", show(&p));
+
+    // FreeSpace, as the guard prints it: compact at the current revision, defragment every
+    // member, disarm. Then writes work.
+    let revision = status_json(&cluster, &live[0])["header"]["revision"]
+        .as_u64()
+        .expect("a revision");
+    let rev = revision.to_string();
+    cluster
+        .etcdctl(&live[..1], &["compact", &rev])
+        .expect("compact under NOSPACE");
+    cluster
+        .etcdctl(&live[..1], &["defrag", "--cluster"])
+        .expect("defrag --cluster under NOSPACE");
+    let e = cluster
+        .etcdctl(&live[..1], &["put", "/small", "v"])
+        .expect_err("still refused before the disarm");
+    assert!(e.contains(NOSPACE_ERROR), "{e}");
+    cluster
+        .etcdctl(&live[..1], &["alarm", "disarm"])
+        .expect("alarm disarm");
+    let alarms = cluster
+        .etcdctl(&live, &["alarm", "list"])
+        .expect("alarm list");
+    assert_eq!(alarms.trim(), "", "every alarm disarmed");
+    cluster
+        .etcdctl(&live, &["put", "/small", "v"])
+        .expect("a write once space is freed and the alarm disarmed");
+    eprintln!("took {:?}", started.elapsed());
 }
 
 #[test]

@@ -216,8 +216,8 @@ impl EtcdCluster {
 
     /// Starts a member added with [`EtcdCluster::add_learner`] or [`EtcdCluster::add_member`],
     /// or restarts a killed one (from its data dir), and waits (at most
-    /// [`START_WAIT`]) until its status shows a leader and no errors (a learner refuses
-    /// `endpoint health`).
+    /// [`START_WAIT`]) until its status shows a leader and no errors but alarms (a learner
+    /// refuses `endpoint health`; a member of a cluster with a NOSPACE alarm lists it).
     pub fn start_member(&mut self, i: usize) -> Result<(), EtcdError> {
         self.spawn(i)?;
         let ep = [self.node(i)?.client_url()];
@@ -225,9 +225,7 @@ impl EtcdCluster {
         let mut last = String::new();
         while started.elapsed() < START_WAIT {
             match self.etcdctl(&ep, &["endpoint", "status", "-w", "json"]) {
-                Ok(out) if out.contains("\"leader\":") && !out.contains("\"errors\"") => {
-                    return Ok(());
-                }
+                Ok(out) if has_leader_and_only_alarms(&out) => return Ok(()),
                 Ok(out) => last = out,
                 Err(e) => last = e.to_string(),
             }
@@ -287,6 +285,23 @@ impl EtcdCluster {
             tail: self.logs(),
         })
     }
+}
+
+/// Whether `etcdctl endpoint status -w json` of one member shows a leader and no errors but
+/// the alarms every member repeats (`memberID:<id> alarm:<TYPE> `): "etcdserver: no leader"
+/// while it has not joined, none once it has.
+pub(super) fn has_leader_and_only_alarms(out: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(out) else {
+        return false;
+    };
+    let status = &v[0]["Status"];
+    let leader = status["leader"].as_u64().is_some_and(|l| l != 0);
+    let errors = status["errors"].as_array().map_or(&[][..], Vec::as_slice);
+    leader
+        && errors.iter().all(|e| {
+            e.as_str()
+                .is_some_and(|e| e.starts_with("memberID:") && e.contains(" alarm:"))
+        })
 }
 
 /// A port free on 127.0.0.1 right now.
