@@ -1,4 +1,4 @@
-//! `quorumguard status`, the binary, against a real 3-member etcd 3.4 cluster with TLS on
+//! `quorumguard status`, the binary, against a real 3-member etcd cluster (3.4 or 3.5) with TLS on
 //! loopback, with the API-server stand-in as the management cluster. The stand-in holds Cluster
 //! `test` (annotations: the etcd client URLs, `quorumguard.io/etcd-transport: direct`), KCP
 //! `test-controlplane`, one control-plane Machine per member and Secret `test-etcd` with the
@@ -219,7 +219,7 @@ async fn a_healthy_cluster_shows_three_members_quorum_two_of_three_and_no_action
     assert!(out.contains("etcd probe: member list read"), "{out}");
     assert!(out.contains("(transport direct)"), "{out}");
     assert!(out.contains("etcd condition: True (Healthy)"), "{out}");
-    let version = support::etcd::under_test();
+    let version = support::etcd::version().to_string();
     let mut leaders = 0;
     for m in &members {
         let line = row(out, m);

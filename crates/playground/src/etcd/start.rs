@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::pki::make_pki;
 use super::{
     ELECTION_MS, EtcdCluster, EtcdError, EtcdOptions, HEARTBEAT_MS, MAX_MEMBERS, Node,
-    START_ATTEMPTS, START_WAIT,
+    START_ATTEMPTS, START_WAIT, bin_dir, program,
 };
 
 impl EtcdCluster {
@@ -45,6 +45,17 @@ impl EtcdCluster {
                 members: n,
             });
         }
+        let bin_dir = bin_dir();
+        for tool in ["etcd", "etcdctl"] {
+            if let Some(dir) = &bin_dir
+                && !crate::realapi::executable(&dir.join(tool))
+            {
+                return Err(EtcdError::MissingInBinDir {
+                    tool,
+                    dir: dir.clone(),
+                });
+            }
+        }
         for (tool, package) in [
             ("etcd", "etcd-server"),
             ("etcdctl", "etcd-client"),
@@ -52,6 +63,9 @@ impl EtcdCluster {
             ("timeout", "coreutils"),
             ("kill", "procps"),
         ] {
+            if bin_dir.is_some() && tool.starts_with("etcd") {
+                continue;
+            }
             let found = Command::new("sh")
                 .args(["-c", &format!("command -v {tool}")])
                 .stdout(Stdio::null())
@@ -173,7 +187,7 @@ impl EtcdCluster {
             .map_err(spawn_error)?;
         let log2 = log.try_clone().map_err(spawn_error)?;
         let p = |path: &Path| path.display().to_string();
-        let mut command = Command::new("etcd");
+        let mut command = Command::new(program("etcd"));
         command
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
