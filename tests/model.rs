@@ -355,8 +355,9 @@ fn planted_ignored_next_action_leaves_2651_stuck() {
 /// its reconcile and is retried), a healthy Machine marked for remediation while there are
 /// fewer Machines than replicas holds KCP for ever: the guard denies the remediation, KCP
 /// never scales up, and the published `WaitForRollout` waits for nothing. The bounds: the CI
-/// bounds with voting joins only, a rollout that deletes first (maxSurge 0), no probe failures
-/// and no KCP crash.
+/// bounds with voting joins only (with learner joins the engine's other rule, a learner join
+/// never counts, keeps the deletion allowed), a rollout that deletes first (maxSurge 0), no
+/// probe failures and no KCP crash; without the planted bug every property holds there.
 #[test]
 fn planted_pending_join_for_kcp_remediation_deadlocks() {
     let bugs = Bugs {
