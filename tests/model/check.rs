@@ -514,7 +514,10 @@ pub fn summary(s: &State) -> String {
         seen.join(", ")
     );
     if let Some(r) = s.reserved_replicas {
-        guard.push_str(&format!(", reserved replicas {r}"));
+        guard.push_str(&format!(", reserved replicas {}", r.to));
+        if let Some(then) = r.then {
+            guard.push_str(&format!(" (until the cache shows {then})"));
+        }
     }
     if !s.reserved.is_empty() {
         let r: Vec<String> = s.reserved.iter().map(|r| name(r.machine.slot)).collect();

@@ -13,6 +13,8 @@ use quorumguard::engine::{
     fresh_view, next_action,
 };
 
+use quorumguard::admission::reservations::ReplicaReservation;
+
 use crate::steps::{Config, Say};
 use crate::world::*;
 
@@ -289,8 +291,14 @@ impl Config {
         if !j.allowed {
             return changed.then_some(());
         }
-        if reservations && to > n.replicas && !j.reason.is_unconditional() {
-            n.reserved_replicas = Some(n.reserved_replicas.map_or(to, |r| r.max(to)));
+        // As the webhook reserves (crates/guard/src/admission/mod.rs): a scale-up unless allowed
+        // unconditionally; a change to fewer replicas however it was allowed.
+        if reservations && to != n.replicas && (to < n.replicas || !j.reason.is_unconditional()) {
+            n.reserved_replicas = ReplicaReservation::after(
+                n.reserved_replicas,
+                u32::from(n.replicas),
+                u32::from(to),
+            );
         }
         n.replicas = to;
         if rollout {

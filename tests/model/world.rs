@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use quorumguard::admission::reservations::ReplicaReservation;
 use quorumguard::engine::kcp::{KcpMachine, MemberFit};
 use quorumguard::engine::{
     ANNOTATION_REMEDIATE, Belief, Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology,
@@ -144,7 +145,8 @@ pub struct State {
     /// The latest probe failed: the record's health is unknown until one succeeds.
     pub probe_failed: bool,
     pub belief: Belief,
-    pub reserved_replicas: Option<u8>,
+    /// The webhook's reservation of spec.replicas (`Reservations`' own rule).
+    pub reserved_replicas: Option<ReplicaReservation>,
     pub reserved: Vec<Reserved>,
     // Bounds.
     pub left: Left,
@@ -381,17 +383,21 @@ impl State {
     /// The control plane as the webhook judges a review on it: the enricher's view with the
     /// reservations applied (as `Reservations::apply` does), and the reservations left after
     /// dropping those the cache now shows or has seen completed.
-    pub fn webhook_view(&self, reservations: bool) -> (ControlPlane, Option<u8>, Vec<Reserved>) {
+    pub fn webhook_view(
+        &self,
+        reservations: bool,
+    ) -> (ControlPlane, Option<ReplicaReservation>, Vec<Reserved>) {
         let mut cp = self.enricher_view();
         if !reservations {
             return (cp, None, Vec::new());
         }
-        let replicas = self
+        let held = self
             .reserved_replicas
-            .filter(|to| self.cache_replicas < *to);
-        if let Some(to) = replicas {
-            cp.kcp.replicas = cp.kcp.replicas.max(u32::from(to));
+            .and_then(|r| Some((r, r.holds(u32::from(self.cache_replicas))?)));
+        if let Some((_, to)) = held {
+            cp.kcp.replicas = cp.kcp.replicas.max(to);
         }
+        let replicas = held.map(|(r, _)| r);
         let kept: Vec<Reserved> = self
             .reserved
             .iter()

@@ -5,6 +5,7 @@
 pub mod confirm;
 pub mod decide;
 pub mod fresh;
+pub mod joins;
 pub mod kcp;
 pub mod model;
 pub mod next_action;
@@ -14,6 +15,7 @@ pub mod rollout;
 pub use confirm::{Belief, Confirmation, Judged};
 pub use decide::{Figures, Judgement, Operation, Reason, Verdict, admit, admit_deletion, decide};
 pub use fresh::{failed_view, fresh_view};
+pub use joins::{JoinBasis, JoinStyle, Joins};
 pub use model::*;
 pub use next_action::{ActionCode, NextAction, next_action};
 

@@ -628,7 +628,11 @@ impl<'p> Sim<'p> {
                 let member = match self.member_index(m).map(|i| &self.members()[i]) {
                     None => MemberFit::Missing,
                     Some(x) if x.is_learner => MemberFit::Learner,
-                    Some(x) if !x.effective_health_ref().is_healthy() => MemberFit::Unhealthy,
+                    // KCP's etcd check marks a member with any alarm unhealthy (v1.14
+                    // `updateManagedEtcdConditions`), NOSPACE included, though raft is fine.
+                    Some(x) if !x.effective_health_ref().is_healthy() || !x.alarms.is_empty() => {
+                        MemberFit::Unhealthy
+                    }
                     Some(_) => MemberFit::Healthy,
                 };
                 KcpMachine {

@@ -78,13 +78,14 @@ pub fn render_text(r: &Report) -> String {
 pub fn render_header(r: &Report) -> String {
     let cp = &r.control_plane;
     format!(
-        "KubeadmControlPlane {} (Cluster {}): replicas {}, version {}, {} etcd, maxSurge {}{}{}\n",
+        "KubeadmControlPlane {} (Cluster {}): replicas {}, version {}, {} etcd, maxSurge {}, joins: {}{}{}\n",
         cp.kcp,
         cp.cluster,
         cp.replicas,
         cp.version.as_deref().unwrap_or("-"),
         cp.etcd.to_lowercase(),
         cp.max_surge,
+        cp.joins_because,
         if cp.deleting { ", DELETING" } else { "" },
         if cp.cluster_deleting {
             ", Cluster DELETING"

@@ -18,7 +18,10 @@ use crate::engine::{
 ///   "schema": "quorumguard.io/check/v1",
 ///   "controlPlane": {
 ///     "kcp": "NAMESPACE/NAME", "cluster": "NAME", "replicas": 3, "version": "v1.33.1" | null,
-///     "etcd": "Stacked" | "External", "maxSurge": 1, "deleting": false, "clusterDeleting": false
+///     "etcd": "Stacked" | "External", "maxSurge": 1, "deleting": false, "clusterDeleting": false,
+///     "etcdLearnerMode": true | false | null,   // the kubeadm feature gate, where set
+///     "joins": "Learner" | "Voting",            // how a new member joins (docs/rules.md)
+///     "joinsBecause": "learner (kubeadm v1.32.0)"
 ///   },
 ///   "members": [{                      // as in the member list, with what status/health said
 ///     "name": "cp-node-1",             // "" when the member was added but has not started
@@ -80,6 +83,9 @@ pub struct ControlPlaneOut {
     pub max_surge: u32,
     pub deleting: bool,
     pub cluster_deleting: bool,
+    pub etcd_learner_mode: Option<bool>,
+    pub joins: &'static str,
+    pub joins_because: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -279,6 +285,12 @@ impl Report {
                 max_surge: cp.kcp.max_surge,
                 deleting: cp.kcp.deleting,
                 cluster_deleting: cp.cluster.deleting,
+                etcd_learner_mode: cp.kcp.etcd_learner_mode,
+                joins: match cp.join_style() {
+                    crate::engine::JoinStyle::Learner => "Learner",
+                    crate::engine::JoinStyle::Voting => "Voting",
+                },
+                joins_because: cp.joins().to_string(),
             },
             members: members_out,
             machines,
