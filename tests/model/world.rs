@@ -20,6 +20,7 @@ const YOUNG: i64 = NOW - 60;
 const OLD: i64 = NOW - 86_400;
 
 /// Which KCP to imitate, as the playground's simulated controller does (crates/playground/src/kcp.rs).
+/// Either way a refused remediation ends KCP's reconcile (Cluster API v1.14's order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Style {
     /// KCP v0.3: a new member joins voting (counted before it has started); scale-down removes
@@ -28,6 +29,17 @@ pub enum Style {
     /// Current KCP: a learner joins and is promoted; scale-down deletes the Machine and the
     /// pre-terminate hook removes the member.
     Current,
+}
+
+/// The KCP's `spec.version` the guard reads for a style, so that the engine's join style
+/// (`ControlPlane::join_style`, crates/engine/src/joins.rs) is the one the model's kubeadm
+/// follows: kubeadm v1.28 joins voting (`EtcdLearnerMode` off by default before v1.29), v1.32
+/// joins a learner (the gate GA, locked on). A rollout changes the patch version.
+pub fn kcp_version(style: Style, version: u8) -> String {
+    match style {
+        Style::V03 => format!("v1.28.{version}"),
+        Style::Current => format!("v1.32.{version}"),
+    }
 }
 
 /// A control-plane Machine as the API server holds it (and the guard's cache, lagging).
@@ -359,6 +371,7 @@ impl State {
     /// The control plane as the status enricher sees it: the cache and the latest probe.
     pub fn enricher_view(&self) -> ControlPlane {
         control_plane(
+            self.style,
             self.cache_machines.iter().map(engine_machine).collect(),
             self.cache_replicas,
             self.cache_version,
@@ -495,6 +508,7 @@ pub fn engine_machine(m: &Mach) -> Machine {
 }
 
 pub fn control_plane(
+    style: Style,
     machines: Vec<Machine>,
     replicas: u8,
     version: u8,
@@ -513,7 +527,7 @@ pub fn control_plane(
             etcd: EtcdTopology::Stacked,
             max_surge: u32::from(max_surge),
             deleting: false,
-            version: Some(format!("v1.{version}")),
+            version: Some(kcp_version(style, version)),
             etcd_learner_mode: None,
         },
         machines,
