@@ -595,6 +595,7 @@ fn control_plane_of(p: &Probe, now_unix: i64) -> ControlPlane {
             max_surge: 1,
             deleting: false,
             version: Some("v1.32.0".into()),
+            etcd_learner_mode: None,
         },
         machines: p
             .members
