@@ -313,7 +313,7 @@ pub(super) fn judge_delete_quorum(
         return Judgement::deny(
             Reason::PendingJoin,
             format!(
-                "{what} is not safe while a new etcd member is about to join: {join}. Joins here add a voting member ({}), which votes before it is healthy, so once it is in and {member_desc} has gone: voting {}, healthy {}, quorum {} ({}).{problems} Wait for {}the new member to join and be healthy, then try again.",
+                "{what} is not safe while a new etcd member is about to join: {join}. Joins here are {}: a new member votes before it is healthy, so once it is in and {member_desc} has gone: voting {}, healthy {}, quorum {} ({}).{problems} Wait for {}the new member to join and be healthy, then try again.",
                 cp.joins(),
                 left.voting() + 1,
                 left.healthy,
@@ -390,7 +390,7 @@ pub(super) fn judge_delete_quorum(
         && replicas_shortfall(cp, m).is_some()
     {
         j.warnings.push(format!(
-            "once this deletion has finished, KCP replaces Machine {}/{} by growing a single etcd member; joins here add a voting member ({}), so etcd needs both members and is unavailable until the new one has started",
+            "once this deletion has finished, KCP replaces Machine {}/{} by growing a single etcd member; joins here are {}, so etcd needs both members and is unavailable until the new one has started",
             cp.kcp.namespace,
             m.name,
             cp.joins()

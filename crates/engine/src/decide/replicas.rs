@@ -76,7 +76,7 @@ pub(super) fn rollout_warning(cp: &ControlPlane, policy: &Policy) -> Option<Stri
         // rollout is KCP's preflight, which waits for every member to be healthy.
         return (before.healthy < before.voting()).then(|| {
             format!(
-                "the rollout of KubeadmControlPlane {} starts by adding a member (maxSurge 1; joins add a learner, {}, which cannot lose quorum), and KCP adds it only once every etcd member is healthy (voting {}, healthy {}): it will not make progress until then.{}",
+                "the rollout of KubeadmControlPlane {} starts by adding a member (maxSurge 1; joins here are {}: a learner cannot lose quorum), and KCP adds it only once every etcd member is healthy (voting {}, healthy {}): it will not make progress until then.{}",
                 cp.kcp_shown(),
                 cp.joins(),
                 before.voting(),
@@ -363,7 +363,7 @@ fn judge_scale_up_learner(cp: &ControlPlane, from: u32, to: u32, policy: &Policy
     let mut j = Judgement::allow(
         Reason::ScaleUpSafe,
         format!(
-            "{what}: joins add a learner ({joins}), which does not vote until etcd promotes it in sync, so the join cannot lose quorum; {}",
+            "{what}: joins here are {joins}: a learner does not vote until etcd promotes it in sync, so the join cannot lose quorum; {}",
             figures.shown()
         ),
     )

@@ -355,7 +355,7 @@ fn a_pending_join_counts_in_every_order() {
     );
     assert!(
         v.message
-            .contains("Joins here add a voting member (voting (kubeadm v1.28.0"),
+            .contains("Joins here are voting (kubeadm v1.28.0"),
         "{}",
         v.message
     );
