@@ -61,6 +61,7 @@ fn control_plane(n: usize) -> ControlPlane {
             max_surge: 1,
             deleting: false,
             version: Some("v1.33.1".into()),
+            etcd_learner_mode: None,
         },
         machines,
         etcd: EtcdState::Observed(EtcdSnapshot {

@@ -387,17 +387,8 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// `etcd --version`'s first line, for the report.
+/// The version of the etcd the cluster runs (`QUORUMGUARD_ETCD_BIN_DIR`'s, else PATH's), for
+/// the report.
 fn etcd_version() -> String {
-    std::process::Command::new("etcd")
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .map(|l| l.trim_start_matches("etcd Version: ").to_string())
-        })
-        .unwrap_or_else(|| "?".into())
+    quorumguard::playground::etcd::etcd_version().unwrap_or_else(|e| format!("? ({e})"))
 }

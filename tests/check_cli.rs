@@ -1151,3 +1151,83 @@ mod preflight {
         assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     }
 }
+
+/// etcd 3.5.1 with quorum lost (tests/fixtures/etcd-3.5.1/quorum-lost, real output): etcdctl
+/// 3.5 fails the member list (it asks for a linearizable one), leaving an empty dump (or, with
+/// `2>&1`, its error), while the survivor's status answers "etcdserver: no leader". `check`
+/// judges on it instead of stopping at a parse error, and says what was seen: no member list,
+/// why etcdctl 3.5 gives none, one member answering without a leader, etcd 3.5.1. It claims no
+/// member count, no quorum figures and no quorum loss it did not see.
+#[test]
+fn etcd_3_5_quorum_lost_without_a_member_list_says_what_was_seen() {
+    let dir = fixtures().join("etcd-3.5.1").join("quorum-lost");
+    let file = |f: &str| dir.join(f).display().to_string();
+    for dump in ["member-list.json", "member-list.stderr"] {
+        let args = [
+            "--objects".to_string(),
+            objects("healthy.yaml"),
+            "--member-list".into(),
+            file(dump),
+            "--endpoint-status".into(),
+            file("endpoint-status.json"),
+            "--endpoint-health".into(),
+            file("endpoint-health.json"),
+            "--what-if".into(),
+            delete(M3),
+        ];
+        let mut json_args = args.to_vec();
+        json_args.extend(["-o".to_string(), "json".to_string()]);
+        let run = check(&json_args);
+        assert_eq!(run.code, 1, "{dump}: {}{}", run.stdout, run.stderr);
+        let r = run.json();
+        assert_eq!(r["quorum"], Value::Null, "{dump}: {r:#}");
+        assert_eq!(r["members"], serde_json::json!([]));
+        let why = r["etcdUnknown"].as_str().expect("etcdUnknown");
+        for said in [
+            "no member list",
+            "etcdctl 3.5 and later get the member list only from a leader with its quorum",
+            "1 member answers its status (etcd 3.5.1), none has a leader, error \"etcdserver: no leader\"",
+        ] {
+            assert!(why.contains(said), "{dump}: {said:?} not in {why}");
+        }
+        let expected = if dump.ends_with(".json") {
+            "the dump is empty".to_string()
+        } else {
+            "etcdctl failed: \"context deadline exceeded\"".to_string()
+        };
+        assert!(why.contains(&expected), "{dump}: {why}");
+        assert_eq!(r["verdicts"][0]["allowed"], false, "{r:#}");
+        assert_eq!(r["nextAction"]["code"], "CheckEtcdHealth", "{r:#}");
+        let text = check(&args);
+        assert!(
+            text.stdout.contains("\netcd: no member list: "),
+            "{}",
+            text.stdout
+        );
+        for wrong in ["quorum lost", "QUORUM LOST", "RestoreQuorum", "snapshot"] {
+            assert!(
+                !text.stdout.contains(wrong) && !run.stdout.contains(wrong),
+                "{dump}: {wrong:?} claimed:\n{}",
+                text.stdout
+            );
+        }
+    }
+}
+
+/// Each member's version is shown (the table's VERSION, the JSON's `version`), and so is the
+/// check etcd makes before it adds a member, by that version: 3.4.23 (the fixtures) needs every
+/// voting member connected.
+#[test]
+fn the_etcd_version_and_its_member_add_rule_are_shown() {
+    let json = check_with("healthy.yaml", "healthy", &["-o", "json"]).json();
+    for m in json["members"].as_array().expect("members") {
+        assert_eq!(m["version"], "3.4.23", "{m:#}");
+    }
+    let rule = "etcd 3.4.23 adds a member only while every voting member is connected (its \
+                strict reconfiguration check before etcd 3.5.30 and 3.6.11)";
+    assert_eq!(json["memberAdd"], rule);
+    let text = check_with("healthy.yaml", "healthy", &[]).stdout;
+    assert!(text.contains(&format!("Member add: {rule}\n")), "{text}");
+    assert!(text.contains("VERSION"), "{text}");
+    assert!(text.contains("3.4.23"), "{text}");
+}

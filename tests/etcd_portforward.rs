@@ -1,4 +1,4 @@
-//! The port-forward etcd transport end to end: a real 3-member etcd 3.4 cluster with TLS on
+//! The port-forward etcd transport end to end: a real 3-member etcd cluster (3.4 or 3.5) with TLS on
 //! loopback, reached the way KCP reaches it — through the workload cluster's API server, by
 //! port-forward to pod `kube-system/etcd-<node>` port 2379.
 //!
@@ -215,7 +215,7 @@ async fn members_are_probed_through_the_workload_api_server() {
         let name = etcd.name(i).to_string();
         let m = seen.iter().find(|m| m.name == name).expect("member");
         assert_eq!(m.id.0, etcd.member_id(i), "{name}'s ID");
-        assert_eq!(m.version.as_deref(), Some("3.4.23"));
+        assert_eq!(m.version.as_deref(), Some(support::etcd::version()));
         // Every member was reached through its own pod's port-forward.
         assert!(
             workload.request_count("get", &format!("{PF_PATH}/etcd-{name}/portforward")) >= 1,

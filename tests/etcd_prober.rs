@@ -1,6 +1,7 @@
-//! The etcd prober against a REAL etcd 3.4 cluster on 127.0.0.1 with TLS (tests/support/etcd.rs):
-//! healthy, a frozen member, a killed member, a removed member, learners, quorum loss, and
-//! client certificates accepted and refused.
+//! The etcd prober against a REAL etcd cluster on 127.0.0.1 with TLS (tests/support/etcd.rs;
+//! 3.4.23 by default, 3.5.1 in CI's second pass: every test here passes on both;
+//! `quorum_lost_shows_each_members_version_and_what_each_member_list_does` tells them apart): healthy, a frozen member, a killed member, a
+//! removed member, learners, quorum loss, and client certificates accepted and refused.
 //!
 //! Clusters run one at a time (the support's slot), so the file takes the sum of its tests:
 //! each starts 3 members in about a second, and membership changes wait for etcd's 5 s
@@ -10,7 +11,12 @@ mod support;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use quorumguard::engine::model::{Alarm, Health, Member};
+use quorumguard::engine::model::{
+    Alarm, Cluster, ControlPlane, DEFAULT_KCP_CONTROLLER, EtcdSnapshot, EtcdState, EtcdTopology,
+    Health, Kcp, Machine, Member, Policy, Requester,
+};
+use quorumguard::engine::quorum::Tally;
+use quorumguard::engine::{ActionCode, Operation, Reason, decide, next_action};
 use quorumguard::etcd::certs::sign_client_cert;
 use quorumguard::etcd::{ClientTls, Probe, ProbeError, Prober, probe};
 use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
@@ -150,8 +156,9 @@ fn healthy_cluster_lists_every_member_with_one_leader() {
     for m in &p.members {
         assert_eq!(m.health, Health::Healthy, "{}", show(&p));
         assert!(!m.is_learner);
-        assert!(
-            m.version.as_deref().is_some_and(|v| v.starts_with("3.4.")),
+        assert_eq!(
+            m.version.as_deref(),
+            Some(support::etcd::version()),
             "{m:?}"
         );
         assert!(m.raft_index.is_some_and(|i| i > 0), "{m:?}");
@@ -408,7 +415,7 @@ fn learners_unstarted_and_started() {
     assert!(m4.is_learner);
     assert!(!m4.is_leader);
     assert_eq!(m4.client_urls, [cluster.client_url(learner)]);
-    assert!(m4.version.as_deref().is_some_and(|v| v.starts_with("3.4.")));
+    assert_eq!(m4.version.as_deref(), Some(support::etcd::version()));
     assert!(all_healthy(&p, &["m1", "m2", "m3"]), "{}", show(&p));
     assert_ne!(p.member_list_from, cluster.client_url(learner));
     let refused = format!("member list: {}: ", cluster.client_url(learner));
@@ -423,8 +430,33 @@ fn learners_unstarted_and_started() {
     );
 }
 
-/// What etcd 3.4.23 really does with 2 of 3 members killed: the survivor still answers the
-/// member list (3.4 serves it locally, without quorum) and its status, with
+/// Kills every member of a 3-member `cluster` but `survivor` and probes until the survivor's
+/// status says "etcdserver: no leader": that probe, the endpoints, the survivor's name.
+fn lose_quorum(
+    rt: &tokio::runtime::Runtime,
+    prober: &Prober,
+    cluster: &mut EtcdCluster,
+    survivor: usize,
+) -> (Probe, Vec<String>, String) {
+    let endpoints = cluster.endpoints();
+    for i in (0..3).filter(|&i| i != survivor) {
+        cluster.kill(i);
+    }
+    let name = cluster.name(survivor).to_string();
+    let p = probe_until(
+        rt,
+        prober,
+        &endpoints,
+        "the survivor without leader",
+        |p| matches!(&member(p, &name).health, Health::Unhealthy(t) if t.contains("no leader")),
+    );
+    (p, endpoints, name)
+}
+
+/// What etcd 3.4.23 and 3.5.1 really do with 2 of 3 members killed: the survivor still answers
+/// the prober's member list (served locally, without quorum: etcd-client asks with
+/// `linearizable: false`; on 3.5 etcdctl's own member list asks a linearizable one and fails,
+/// where 3.4 answered it) and its status, with
 /// `errors: ["etcdserver: no leader"]` once its election timeout has passed (until then it still
 /// names the dead leader, and only its hanging read shows the trouble); its linearizable read
 /// and the alarm list (which goes through raft) hang. So the probe succeeds, lists all three
@@ -436,20 +468,9 @@ fn quorum_lost_on_etcd_3_4_lists_members_and_marks_the_survivor_unhealthy() {
     let rt = support::etcd::runtime();
     let prober = Prober::new(cluster.client_tls());
     let (_, survivor) = healthy_follower(&rt, &prober, &cluster);
-    let endpoints = cluster.endpoints();
-    for i in (0..3).filter(|&i| i != survivor) {
-        cluster.kill(i);
-    }
-    let survivor_name = cluster.name(survivor).to_string();
-    // etcd 3.4 still serves the member list without quorum; the survivor's status says
+    // etcd still serves the prober's member list without quorum; the survivor's status says
     // "etcdserver: no leader" once its election timeout has passed.
-    let p = probe_until(
-        &rt,
-        &prober,
-        &endpoints,
-        "the survivor without leader",
-        |p| matches!(&member(p, &survivor_name).health, Health::Unhealthy(t) if t.contains("no leader")),
-    );
+    let (p, endpoints, survivor_name) = lose_quorum(&rt, &prober, &mut cluster, survivor);
     eprintln!("{}", show(&p));
     assert_eq!(p.members.len(), 3);
     assert!(
@@ -463,6 +484,24 @@ fn quorum_lost_on_etcd_3_4_lists_members_and_marks_the_survivor_unhealthy() {
     );
     assert!(p.members.iter().all(|m| !m.is_leader));
     assert_eq!(p.member_list_from, cluster.client_url(survivor));
+    // etcdctl's member list follows the version: 3.5's asks through raft (linearizable) and
+    // times out without quorum; 3.4's is served by the member it asks.
+    let by_etcdctl = cluster.etcdctl(&[cluster.client_url(survivor)], &["member", "list"]);
+    match support::etcd::minor_version() {
+        (3, 4) => assert!(
+            by_etcdctl
+                .as_ref()
+                .is_ok_and(|out| out.lines().count() == 3),
+            "etcd 3.4's etcdctl lists all three without quorum: {by_etcdctl:?}"
+        ),
+        _ => assert!(
+            by_etcdctl
+                .as_ref()
+                .is_err_and(|e| e.contains("deadline exceeded")),
+            "etcd {}'s etcdctl member list needs quorum: {by_etcdctl:?}",
+            support::etcd::version()
+        ),
+    }
     // The status answers at once; the hanging read and alarm list are not waited for.
     assert!(p.took < DEADLINE / 2, "took {:?}", p.took);
     assert!(
@@ -535,6 +574,247 @@ fn nospace_alarm_attaches_to_the_member_it_names() {
         assert_eq!(m.health, Health::Healthy, "{}", show(&p));
     }
     assert_eq!(p.members.iter().filter(|m| m.is_leader).count(), 1);
+}
+
+/// What etcd answers to a write while a NOSPACE alarm stands (3.4 and 3.5 alike).
+const NOSPACE_ERROR: &str = "etcdserver: mvcc: database space exceeded";
+
+/// The engine's control plane for a probe: one KCP Machine per member, named after it (as
+/// kubeadm names members after nodes), created an hour ago, the probe taken just now.
+fn control_plane_of(p: &Probe, now_unix: i64) -> ControlPlane {
+    ControlPlane {
+        cluster: Cluster {
+            name: "c1".into(),
+            deleting: false,
+        },
+        kcp: Kcp {
+            name: "kcp".into(),
+            namespace: "ns".into(),
+            replicas: p.members.len() as u32,
+            etcd: EtcdTopology::Stacked,
+            max_surge: 1,
+            deleting: false,
+            version: Some("v1.32.0".into()),
+        },
+        machines: p
+            .members
+            .iter()
+            .map(|m| Machine {
+                created_unix: Some(now_unix - 3600),
+                ..Machine::new(m.name.clone())
+            })
+            .collect(),
+        etcd: EtcdState::Observed(EtcdSnapshot {
+            members: p.members.clone(),
+            age: Some(Duration::ZERO),
+        }),
+    }
+}
+
+/// etcdctl's `endpoint status -w json` of one endpoint: its status.
+fn status_json(cluster: &EtcdCluster, endpoint: &str) -> serde_json::Value {
+    let out = cluster
+        .etcdctl(
+            &[endpoint.to_string()],
+            &["endpoint", "status", "-w", "json"],
+        )
+        .unwrap_or_else(|e| panic!("endpoint status of {endpoint}: {e}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    v[0]["Status"].clone()
+}
+
+/// The facts docs/rules.md ("What NOSPACE does") rests on, on real etcd: a NOSPACE alarm on
+/// every member refuses writes, and nothing else. Reads, the leader and membership changes
+/// work; quorumguard's probe sees every member answer, the alarm on each, and the engine says
+/// `FreeSpace`, never lost quorum; compacting, defragmenting and disarming clears it.
+///
+/// The tally and the deletion's reason below need the engine to count NOSPACE as a write stop,
+/// not as an unhealthy member (issue 36, item 8); the rest holds on etcd as it is.
+#[test]
+fn nospace_keeps_quorum_and_membership() {
+    let started = Instant::now();
+    // A 1 MiB backend quota fills after about ten 100 kB puts.
+    let mut cluster = EtcdCluster::start_with_flags(3, &["--quota-backend-bytes=1048576"]);
+    let rt = support::etcd::runtime();
+    let prober = Prober::new(cluster.client_tls());
+    let endpoints = cluster.endpoints();
+    let (_, follower) = healthy_follower(&rt, &prober, &cluster);
+
+    // Fill through one member until etcd refuses; then a write through each member, which
+    // each refuses over its own quota and so raises its own alarm: NOSPACE on every member.
+    let blob = "x".repeat(100_000);
+    let mut refused = None;
+    for i in 0..40 {
+        if let Err(e) = cluster.etcdctl(&endpoints[..1], &["put", &format!("/blob/{i}"), &blob]) {
+            refused = Some(e);
+            break;
+        }
+    }
+    let refused = refused.expect("the quota was never reached");
+    assert!(refused.contains(NOSPACE_ERROR), "{refused}");
+    let more = "y".repeat(120_000);
+    for ep in &endpoints {
+        let e = cluster
+            .etcdctl(std::slice::from_ref(ep), &["put", "/more", &more])
+            .expect_err("a write under NOSPACE");
+        assert!(e.contains(NOSPACE_ERROR), "{ep}: {e}");
+    }
+    let p = probe_until(&rt, &prober, &endpoints, "NOSPACE on every member", |p| {
+        p.members.iter().all(|m| m.alarms.contains(&Alarm::NoSpace))
+    });
+    eprintln!("{}", show(&p));
+
+    // The probe: every member answers (status and a linearizable read), one leader, the alarm
+    // on each member.
+    assert_eq!(p.members.len(), 3);
+    for m in &p.members {
+        assert_eq!(m.health, Health::Healthy, "{}", show(&p));
+        assert_eq!(m.alarms, [Alarm::NoSpace], "{}", show(&p));
+    }
+    assert_eq!(p.members.iter().filter(|m| m.is_leader).count(), 1);
+
+    // etcd itself: writes refused everywhere, reads answered everywhere, linearizable (through
+    // the leader: quorum) and serializable; a delete is allowed.
+    for ep in &endpoints {
+        let one = std::slice::from_ref(ep);
+        let e = cluster
+            .etcdctl(one, &["put", "/small", "v"])
+            .expect_err("a small write under NOSPACE");
+        assert!(e.contains(NOSPACE_ERROR), "{ep}: {e}");
+        for consistency in ["l", "s"] {
+            let c = format!("--consistency={consistency}");
+            let got = cluster
+                .etcdctl(one, &["get", "/blob/0", "--keys-only", &c])
+                .unwrap_or_else(|e| panic!("{c} read from {ep} under NOSPACE: {e}"));
+            assert_eq!(got.trim(), "/blob/0", "{ep} {c}");
+        }
+    }
+    // Deleting is allowed: [/blob/1, /blob/9) is every blob but /blob/0 and /blob/9 (the space
+    // FreeSpace will reclaim below).
+    let deleted = cluster
+        .etcdctl(&endpoints[..1], &["del", "/blob/1", "/blob/9"])
+        .expect("a delete under NOSPACE");
+    assert!(
+        deleted.trim().parse::<u32>().is_ok_and(|n| n >= 5),
+        "deleted {deleted}"
+    );
+
+    // The engine on that probe: free space; a quorum, not a lost one.
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs() as i64;
+    let cp = control_plane_of(&p, now);
+    let policy = Policy::default();
+    let next = next_action(&cp, &policy, now);
+    assert_eq!(next.code, ActionCode::FreeSpace, "{}", next.message);
+    assert!(!next.message.contains("snapshot"), "{}", next.message);
+    let tally = Tally::of(&p.members, false);
+    assert!(
+        !tally.quorum_lost(),
+        "NOSPACE on every member is not quorum loss: {tally:?}"
+    );
+    let machine = cp
+        .machine(cluster.name(follower))
+        .expect("the follower's Machine")
+        .clone();
+    let verdict = decide(
+        &cp,
+        &Operation::DeleteMachine(machine),
+        &Requester::new(DEFAULT_KCP_CONTROLLER),
+        &policy,
+        now,
+    );
+    assert_ne!(verdict.reason, Reason::QuorumLost, "{}", verdict.message);
+    assert!(
+        !verdict.message.contains("from a snapshot"),
+        "{}",
+        verdict.message
+    );
+
+    // Membership under NOSPACE: a follower leaves (what KCP's pre-terminate hook does)...
+    let alarmed = cluster.member_id(follower);
+    cluster
+        .remove_and_stop(follower)
+        .unwrap_or_else(|e| panic!("member remove under NOSPACE: {e}"));
+    let listed = cluster.member_list();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(!listed.iter().any(|(id, _, _)| *id == alarmed));
+    let rest: Vec<String> = endpoints
+        .iter()
+        .filter(|e| **e != endpoints[follower])
+        .cloned()
+        .collect();
+    // ...and its alarm stays: etcd keeps refusing writes until it is disarmed.
+    let alarms = cluster
+        .etcdctl(&rest, &["alarm", "list"])
+        .expect("alarm list");
+    assert!(
+        alarms.contains(&format!("memberID:{alarmed} alarm:NOSPACE")),
+        "{alarms}"
+    );
+    // ...a learner joins (kubeadm's join), syncs and is promoted.
+    let learner = cluster.add_learner("m4");
+    cluster.start_member(learner);
+    let learner_ep = cluster.client_url(learner);
+    let status = status_json(&cluster, &learner_ep);
+    assert_eq!(status["isLearner"], true, "{status}");
+    let errors = status["errors"].to_string();
+    assert!(errors.contains("alarm:NOSPACE"), "{status}");
+    let got = cluster
+        .etcdctl(
+            std::slice::from_ref(&learner_ep),
+            &["get", "/blob/0", "--keys-only", "--consistency=s"],
+        )
+        .expect("a serializable read from the learner");
+    assert_eq!(got.trim(), "/blob/0", "the learner has the data");
+    cluster
+        .promote(learner)
+        .unwrap_or_else(|e| panic!("member promote under NOSPACE: {e}"));
+    let listed = cluster.member_list();
+    assert_eq!(
+        listed.iter().filter(|(_, _, learner)| !learner).count(),
+        3,
+        "{listed:?}"
+    );
+    let live: Vec<String> = rest.iter().cloned().chain([learner_ep]).collect();
+    let p = probe_until(&rt, &prober, &live, "3 voting members, one leader", |p| {
+        p.members.len() == 3
+            && p.members
+                .iter()
+                .all(|m| m.health == Health::Healthy && !m.is_learner)
+            && p.members.iter().filter(|m| m.is_leader).count() == 1
+    });
+    eprintln!("{}", show(&p));
+
+    // FreeSpace, as the guard prints it: compact at the current revision, defragment every
+    // member, disarm. Then writes work.
+    let revision = status_json(&cluster, &live[0])["header"]["revision"]
+        .as_u64()
+        .expect("a revision");
+    let rev = revision.to_string();
+    cluster
+        .etcdctl(&live[..1], &["compact", &rev])
+        .expect("compact under NOSPACE");
+    cluster
+        .etcdctl(&live[..1], &["defrag", "--cluster"])
+        .expect("defrag --cluster under NOSPACE");
+    let e = cluster
+        .etcdctl(&live[..1], &["put", "/small", "v"])
+        .expect_err("still refused before the disarm");
+    assert!(e.contains(NOSPACE_ERROR), "{e}");
+    cluster
+        .etcdctl(&live[..1], &["alarm", "disarm"])
+        .expect("alarm disarm");
+    let alarms = cluster
+        .etcdctl(&live, &["alarm", "list"])
+        .expect("alarm list");
+    assert_eq!(alarms.trim(), "", "every alarm disarmed");
+    cluster
+        .etcdctl(&live, &["put", "/small", "v"])
+        .expect("a write once space is freed and the alarm disarmed");
+    eprintln!("took {:?}", started.elapsed());
 }
 
 #[test]
@@ -625,5 +905,57 @@ fn client_certificates_from_the_cluster_ca_are_accepted_and_others_refused() {
             a.error.contains("invalid peer certificate: UnknownIssuer"),
             "{a}"
         );
+    }
+}
+
+/// What every path is told after quorum loss, on whichever etcd runs (3.4.23 and 3.5.1 seen):
+/// each member's version is read from its own status; etcd-client asks for the member list
+/// with `linearizable: false`, which the survivor answers from its own view on 3.4 and 3.5 alike,
+/// so the probe still lists the three members, the survivor "etcdserver: no leader"; etcdctl of
+/// the same release fails the member list from 3.5 on (it asks for a linearizable one) and
+/// answers it on 3.4.
+#[test]
+fn quorum_lost_shows_each_members_version_and_what_each_member_list_does() {
+    let version = support::etcd::version().to_string();
+    let parsed = quorumguard::engine::etcd_version::EtcdVersion::parse(&version)
+        .unwrap_or_else(|| panic!("etcd version {version:?}"));
+    let mut cluster = EtcdCluster::start(3);
+    let rt = support::etcd::runtime();
+    let prober = Prober::new(cluster.client_tls());
+    let (healthy, survivor) = healthy_follower(&rt, &prober, &cluster);
+    for m in &healthy.members {
+        assert_eq!(
+            m.version.as_deref(),
+            Some(version.as_str()),
+            "{}",
+            show(&healthy)
+        );
+    }
+    let (p, _, survivor_name) = lose_quorum(&rt, &prober, &mut cluster, survivor);
+    eprintln!("etcd {version}, quorum lost:\n{}", show(&p));
+    assert_eq!(p.members.len(), 3, "{}", show(&p));
+    assert_eq!(p.member_list_from, cluster.client_url(survivor));
+    assert_eq!(
+        member(&p, &survivor_name).version.as_deref(),
+        Some(version.as_str())
+    );
+    assert!(p.members.iter().all(|m| !m.is_leader));
+
+    // etcdctl of the same release, against the survivor alone.
+    let own = [cluster.client_url(survivor)];
+    let listed = cluster.etcdctl(&own, &["member", "list", "-w", "json"]);
+    eprintln!("etcdctl {version} member list: {listed:?}");
+    if parsed.minor >= 5 {
+        let e = listed.expect_err("etcdctl 3.5 asks for a linearizable member list");
+        assert!(e.contains("context deadline exceeded"), "{e}");
+        // Its output, as a member list dump taken with `2>&1` holds it, reads as a failure.
+        assert_eq!(
+            quorumguard::dumps::etcdctl::failed_member_list(&e).as_deref(),
+            Some("etcdctl failed: \"context deadline exceeded\""),
+            "{e}"
+        );
+    } else {
+        let text = listed.expect("etcdctl 3.4 lists members without a leader");
+        assert_eq!(text.matches("\"ID\"").count(), 3, "{text}");
     }
 }

@@ -289,13 +289,9 @@ fn bounds_from_env() -> Bounds {
 #[ignore]
 fn the_guard_keeps_every_property_within_the_bounds_in_qg_model_bounds() {
     // With QG_MODEL_NO_PREFLIGHT set, KCP adds members without its health preflight: a known
-    // limit of the rules shows (docs/rules.md, "Model-checked"). With
-    // QG_MODEL_KCP_STOPS_AFTER_REFUSAL set, a refused remediation ends KCP's reconcile, as in
-    // Cluster API v1.14: a deadlock found, not fixed yet (the same section).
+    // limit of the rules shows (docs/rules.md, "Model-checked").
     let bugs = Bugs {
         kcp_skips_preflight: std::env::var_os("QG_MODEL_NO_PREFLIGHT").is_some(),
-        kcp_stops_after_refused_remediation: std::env::var_os("QG_MODEL_KCP_STOPS_AFTER_REFUSAL")
-            .is_some(),
         ..Bugs::default()
     };
     check_all("env", config(bounds_from_env(), bugs));
@@ -351,6 +347,36 @@ fn planted_ignored_next_action_leaves_2651_stuck() {
     };
     let printed = find(RECOVERS, config(bounds, bugs));
     assert!(printed.contains("loses leader election"), "{printed}");
+}
+
+/// The `PendingJoin` rule as it was for KCP's own deletions before issue 36: the replacement
+/// KCP creates only after this deletion counted as a member about to join. With voting joins
+/// (KCP v0.3's style; kubeadm before v1.29) and KCP v1.14's order (a refused remediation ends
+/// its reconcile and is retried), a healthy Machine marked for remediation while there are
+/// fewer Machines than replicas holds KCP for ever: the guard denies the remediation, KCP
+/// never scales up, and the published `WaitForRollout` waits for nothing. The bounds: the CI
+/// bounds with voting joins only (with learner joins the engine's other rule, a learner join
+/// never counts, keeps the deletion allowed), a rollout that deletes first (maxSurge 0), no
+/// probe failures and no KCP crash; without the planted bug every property holds there.
+#[test]
+fn planted_pending_join_for_kcp_remediation_deadlocks() {
+    let bugs = Bugs {
+        pending_join_for_kcp: true,
+        ..Bugs::default()
+    };
+    let bounds = Bounds {
+        styles: vec![Style::V03],
+        ..surge_zero()
+    };
+    let printed = find(NO_IDLE_WAIT, config(bounds, bugs));
+    let stuck = printed
+        .split_once("KCP's reconcile there:")
+        .map(|(_, s)| s)
+        .unwrap_or_default();
+    assert!(
+        stuck.contains("KCP remediates") && stuck.contains("(PendingJoin)"),
+        "{printed}"
+    );
 }
 
 /// `WaitForJoin` without `--join-grace`'s end: a join that stopped is waited for for ever.

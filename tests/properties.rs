@@ -255,6 +255,7 @@ fn build(w: &World) -> ControlPlane {
             max_surge: w.max_surge,
             deleting: w.kcp_deleting,
             version: Some("v1.33.1".into()),
+            etcd_learner_mode: None,
         },
         machines,
         etcd,

@@ -1,4 +1,4 @@
-//! `quorumguard status`, the binary, against a real 3-member etcd 3.4 cluster with TLS on
+//! `quorumguard status`, the binary, against a real 3-member etcd cluster (3.4 or 3.5) with TLS on
 //! loopback, with the API-server stand-in as the management cluster. The stand-in holds Cluster
 //! `test` (annotations: the etcd client URLs, `quorumguard.io/etcd-transport: direct`), KCP
 //! `test-controlplane`, one control-plane Machine per member and Secret `test-etcd` with the
@@ -219,6 +219,7 @@ async fn a_healthy_cluster_shows_three_members_quorum_two_of_three_and_no_action
     assert!(out.contains("etcd probe: member list read"), "{out}");
     assert!(out.contains("(transport direct)"), "{out}");
     assert!(out.contains("etcd condition: True (Healthy)"), "{out}");
+    let version = support::etcd::version().to_string();
     let mut leaders = 0;
     for m in &members {
         let line = row(out, m);
@@ -227,7 +228,10 @@ async fn a_healthy_cluster_shows_three_members_quorum_two_of_three_and_no_action
         assert!(line.contains(" voting "), "{line}");
         assert!(line.contains(" healthy "), "{line}");
         assert!(!line.contains("unhealthy"), "{line}");
-        assert!(line.contains("3.4."), "etcd version: {line}");
+        assert!(
+            line.contains(&format!(" {version} ")),
+            "etcd version: {line}"
+        );
         assert!(
             line.contains("KiB") || line.contains("MiB"),
             "DB size: {line}"
@@ -245,6 +249,19 @@ async fn a_healthy_cluster_shows_three_members_quorum_two_of_three_and_no_action
     ] {
         assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
     }
+    // etcd's rule for adding a member, by the version the members report.
+    let rule = quorumguard::engine::etcd_version::EtcdVersion::parse(&version)
+        .expect("etcd's version")
+        .add_member_rule();
+    let member_add = format!(
+        "Member add: etcd {version} adds a member only while {} ({})\n",
+        rule.condition(),
+        rule.source()
+    );
+    assert!(
+        out.contains(&member_add),
+        "missing {member_add:?} in:\n{out}"
+    );
 
     // JSON: the same figures, `check`'s schema per control plane.
     let r = status(&kubeconfig, &["test", "-n", NS, "-o", "json"]).await;
@@ -267,7 +284,12 @@ async fn a_healthy_cluster_shows_three_members_quorum_two_of_three_and_no_action
         assert_eq!(m["voting"], true);
         assert_eq!(m["machine"], format!("test-{name}"));
         assert!(m["raftIndex"].as_u64().is_some_and(|i| i > 0), "{m:#}");
+        assert_eq!(m["version"], version.as_str(), "{m:#}");
     }
+    assert_eq!(
+        cp["memberAdd"],
+        member_add.trim_start_matches("Member add: ").trim_end()
+    );
     let leaders = cp["members"]
         .as_array()
         .expect("members")

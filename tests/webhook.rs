@@ -13,11 +13,14 @@ use std::time::{Duration, Instant};
 use quorumguard::engine::Policy;
 use quorumguard::server::{self, Running, ServeConfig};
 use serde_json::{Value, json};
-use support::apiserver::ApiServer;
+use support::apiserver::{ApiServer, kcp_resource};
 use support::https::{STEP, TempDir, TestPki, get_plain, post};
 use support::reviews::{
     KCP_CONTROLLER, NS, cluster_object, fixture, kcp_object, machine_named, stored,
 };
+
+/// The fixture KCP's name.
+const KCP: &str = "test-controlplane";
 
 /// The fixture Machine renamed to `test-cp-{x}` with node `cp-{x}`.
 fn machine_object(x: &str) -> Value {
@@ -354,6 +357,61 @@ async fn an_allowed_scale_up_is_counted_by_the_next_deletion() {
     r["request"]["oldObject"] = machine_object("d");
     let (_, v) = w.review("/validate/machines", &r).await;
     assert_eq!(verdict(&v["response"]), (true, "QuorumSafe".into()), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowed_scale_down_ends_an_earlier_scale_ups_reservation_once_the_cache_shows_it() {
+    // The model check's finding (docs/rules.md, "What the checker found"): a person scales up,
+    // then down before the cache has shown the scale-up. KCP's scale-down deletions were judged
+    // against the reserved replicas (PendingJoin) until --reservation-ttl, since the cache never
+    // shows that many. Here 2 Machines, both healthy: 2 -> 3, then 3 -> 1.
+    let w = world(&["a", "b"]).await;
+    w.health(&[("a", true), ("b", true)]);
+    let set_replicas = |n: i64| {
+        w.api
+            .modify(&kcp_resource(), NS, KCP, |k| {
+                k["spec"]["replicas"] = json!(n)
+            })
+            .expect("spec.replicas");
+    };
+    set_replicas(2);
+    eventually("the cache shows spec.replicas 2", || {
+        w.running().state.kcp_replicas(NS, KCP) == Some(2)
+    })
+    .await;
+    let scale = |from: i64, to: i64| {
+        support::guard::replicas_review(from, to, "admin", true, &format!("uid-{from}-{to}"))
+    };
+    let (_, v) = w
+        .review("/validate/kubeadmcontrolplanes", &scale(2, 3))
+        .await;
+    assert_eq!(verdict(&v["response"]), (true, "ScaleUpSafe".into()), "{v}");
+    assert_eq!(w.running().webhook.reservations(), 1);
+    let (_, v) = w
+        .review("/validate/kubeadmcontrolplanes", &scale(3, 1))
+        .await;
+    assert_eq!(
+        verdict(&v["response"]),
+        (true, "ScaleDownSafe".into()),
+        "{v}"
+    );
+    // Until the cache shows the scale-down, the scale-up's reservation stands: the API server
+    // may still refuse the scale-down after this allow, and spec.replicas stay 3.
+    assert_eq!(w.running().webhook.reservations(), 1);
+    set_replicas(1);
+    eventually("the cache shows spec.replicas 1", || {
+        w.running().state.kcp_replicas(NS, KCP) == Some(1)
+    })
+    .await;
+    // KCP's scale-down deletion is judged against 1 replica: no member is about to join.
+    let mut r = fixture("machine-delete-dry-run.json");
+    r["request"]["uid"] = json!("uid-a");
+    r["request"]["name"] = json!("test-cp-a");
+    r["request"]["userInfo"]["username"] = json!(KCP_CONTROLLER);
+    r["request"]["oldObject"] = machine_object("a");
+    let (_, v) = w.review("/validate/machines", &r).await;
+    assert_eq!(verdict(&v["response"]), (true, "QuorumSafe".into()), "{v}");
+    assert_eq!(w.running().webhook.reservations(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -302,6 +302,37 @@ impl Checked {
                 "  published next action {code} {target}, which the guard denies\n"
             ));
         }
+        let waits = !self.wait_ends(last);
+        if waits || !self.recovers(last) {
+            // Where the fair schedule from there stops (the person following the next action
+            // unless a wait is judged), and what KCP's reconcile does there.
+            let mut cur = last.clone();
+            for _ in 0..ROUNDS {
+                let next = self.round_of(&cur, !waits);
+                if !moved(&cur, &next) {
+                    break;
+                }
+                cur = next;
+            }
+            let mut say = Say(Some(Vec::new()));
+            let changes = self.cfg.step(&cur, &Action::Kcp, false, &mut say).is_some();
+            let lines = say.0.unwrap_or_default();
+            out.push_str(&format!(
+                "  from there, {} it stops at: {}\n  KCP's reconcile there: {}{}\n",
+                if waits {
+                    "without the person,"
+                } else {
+                    "with the person following the next action,"
+                },
+                summary(&cur),
+                if lines.is_empty() {
+                    "nothing to do".to_string()
+                } else {
+                    lines.join("; ")
+                },
+                if changes { "" } else { " (nothing changes)" }
+            ));
+        }
         if !self.no_false_alarm(last) {
             out.push_str(&format!(
                 "  published: quorum lost; etcd truly has {} healthy of {} voting members\n",
@@ -483,7 +514,10 @@ pub fn summary(s: &State) -> String {
         seen.join(", ")
     );
     if let Some(r) = s.reserved_replicas {
-        guard.push_str(&format!(", reserved replicas {r}"));
+        guard.push_str(&format!(", reserved replicas {}", r.to));
+        if let Some(then) = r.then {
+            guard.push_str(&format!(" (until the cache shows {then})"));
+        }
     }
     if !s.reserved.is_empty() {
         let r: Vec<String> = s.reserved.iter().map(|r| name(r.machine.slot)).collect();

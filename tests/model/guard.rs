@@ -8,10 +8,12 @@
 use std::time::Duration;
 
 use quorumguard::engine::{
-    ActionCode, ControlPlane, DEFAULT_KCP_CONTROLLER, EtcdState, Health, Judgement, Member,
-    Operation, Policy, Reason, Requester, admit, admit_deletion, failed_view, fresh_view,
-    next_action,
+    ANNOTATION_REMEDIATE, ActionCode, ControlPlane, DEFAULT_KCP_CONTROLLER, EtcdState, Health,
+    Judgement, Member, Operation, Policy, Reason, Requester, admit, admit_deletion, failed_view,
+    fresh_view, next_action,
 };
+
+use quorumguard::admission::reservations::ReplicaReservation;
 
 use crate::steps::{Config, Say};
 use crate::world::*;
@@ -186,13 +188,25 @@ impl Config {
         }
         let policy = Policy::default();
         let decide = |cp: &ControlPlane| {
-            admit_deletion(
-                cp,
-                &engine_machine(&machine),
-                &who.requester(),
-                &policy,
-                NOW,
-            )
+            let judge = |who: Who| {
+                admit_deletion(
+                    cp,
+                    &engine_machine(&machine),
+                    &who.requester(),
+                    &policy,
+                    NOW,
+                )
+            };
+            let j = judge(who);
+            // The planted `pending_join_for_kcp`: KCP's deletion is held `PendingJoin` where a
+            // person's is (the replacement counted as a join), and only then.
+            if self.bugs.pending_join_for_kcp && who == Who::Kcp && j.allowed {
+                let as_person = judge(Who::Person);
+                if as_person.reason == Reason::PendingJoin {
+                    return as_person;
+                }
+            }
+            j
         };
         let mut j = decide(&cp);
         let mut changed = (n.reserved_replicas, &n.reserved) != (replicas, &kept);
@@ -255,7 +269,7 @@ impl Config {
         let (mut cp, replicas, kept) = n.webhook_view(reservations);
         if rollout {
             cp.kcp.replicas = u32::from(to);
-            cp.kcp.version = Some(format!("v1.{}", n.version + 1));
+            cp.kcp.version = Some(kcp_version(n.style, n.version + 1));
         }
         let op = Operation::UpdateKcp {
             replicas_from: u32::from(n.replicas),
@@ -277,8 +291,14 @@ impl Config {
         if !j.allowed {
             return changed.then_some(());
         }
-        if reservations && to > n.replicas && !j.reason.is_unconditional() {
-            n.reserved_replicas = Some(n.reserved_replicas.map_or(to, |r| r.max(to)));
+        // As the webhook reserves (crates/guard/src/admission/mod.rs): a scale-up unless allowed
+        // unconditionally; a change to fewer replicas however it was allowed.
+        if reservations && to != n.replicas && (to < n.replicas || !j.reason.is_unconditional()) {
+            n.reserved_replicas = ReplicaReservation::after(
+                n.reserved_replicas,
+                u32::from(n.replicas),
+                u32::from(to),
+            );
         }
         n.replicas = to;
         if rollout {
@@ -308,6 +328,22 @@ impl Config {
                 m.remediate = true;
                 say.line(|| {
                     format!("a person follows the next action: annotates Machine {target} remediate-machine")
+                });
+                Some(())
+            }
+            // KCP retries a remediation the guard refuses and does nothing else (v1.14): the
+            // next action names taking the request back, with the command.
+            ActionCode::CheckEtcdHealth
+                if action
+                    .command
+                    .as_deref()
+                    .is_some_and(|c| c.ends_with(&format!("{ANNOTATION_REMEDIATE}-"))) =>
+            {
+                let slot = slot_of_machine()?;
+                let m = n.machine_mut(slot).filter(|m| m.remediate)?;
+                m.remediate = false;
+                say.line(|| {
+                    format!("a person follows the next action: removes Machine {target}'s remediate-machine annotation")
                 });
                 Some(())
             }

@@ -228,16 +228,10 @@ fn join_unknowable(s: &State) -> bool {
 
 /// The model's own rollout from `s`; `None` when the guard refuses the version change.
 fn play(cfg: &Config, s: &State) -> Option<Played> {
-    // A refused remediation: the model check's KCP goes on to its move, as v1.14 does when its
-    // own checks hold the remediation back; preflight plays v1.14's order for a deletion the
-    // API server refuses, which ends the reconcile and is retried (docs/kcp-model.md, "What it
-    // leaves out"). That documented difference is left out here by playing the model with
-    // v1.14's order, which the model has as a switch.
+    // The model as it is, without planted bugs. A refused remediation ends KCP's reconcile
+    // there as in preflight (v1.14's order).
     let cfg = Config {
-        bugs: Bugs {
-            kcp_stops_after_refused_remediation: true,
-            ..Bugs::default()
-        },
+        bugs: Bugs::default(),
         ..cfg.clone()
     };
     let mut trace = Vec::new();

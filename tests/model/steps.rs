@@ -69,15 +69,16 @@ pub struct Bugs {
     /// The published next action waits for a join without `--join-grace`'s end: every
     /// Machine counts as young for ever.
     pub wait_without_grace: bool,
-    /// Not a bug, nor the guard's: Cluster API v1.14's own order. A remediation whose deletion
-    /// the API server refuses (the guard's denial) ends KCP's reconcile with an error
-    /// (`remediation.go` returns it, `controller.go` stops there), so KCP does not scale in
-    /// that reconcile, nor in the next while the refusal lasts. Off, the model's KCP goes on to
-    /// its move, as v1.14 does when its own checks hold the remediation back. On, a healthy
-    /// Machine marked for remediation while there are fewer Machines than replicas deadlocks:
-    /// the guard denies its deletion `PendingJoin`, KCP never scales up, and the published
-    /// `WaitForRollout` waits for nothing (docs/rules.md, "Model-checked").
-    pub kcp_stops_after_refused_remediation: bool,
+    /// The `PendingJoin` rule as it was before issue 36, for KCP's own deletions: the
+    /// replacement KCP will create after this deletion counts as a member about to join (fewer
+    /// Machines than spec.replicas), though KCP creates no Machine while one is being deleted.
+    /// Planted in the model's guard, not the engine: KCP's deletion is judged again as a
+    /// person's, and when that is denied `PendingJoin`, so is KCP's (the person's
+    /// desired-replicas rule, which the engine exempts controllers from, is not taken over).
+    /// With voting joins and v1.14's order (a refused remediation ends KCP's reconcile), a
+    /// healthy Machine marked for remediation while there are fewer Machines than replicas
+    /// holds KCP for ever.
+    pub pending_join_for_kcp: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -370,7 +371,12 @@ impl Config {
             Action::Rollout => {
                 n.left.person = n.left.person.checked_sub(1)?;
                 n.left.rollouts = n.left.rollouts.checked_sub(1)?;
-                say.line(|| format!("a person sets the KCP's version to v1.{}", s.version + 1));
+                say.line(|| {
+                    format!(
+                        "a person sets the KCP's version to {}",
+                        kcp_version(s.style, s.version + 1)
+                    )
+                });
                 self.update(&mut n, s.replicas, true, explore, say)?;
             }
             Action::Follow => self
@@ -461,23 +467,19 @@ impl Config {
             self.review_deletion(n, slot, Who::Kcp, true, Fresh::Probe { explore }, say);
             return Some(());
         }
-        // Remediation first; when the deletion is refused, KCP goes on with the rest of its
-        // reconcile (the move was decided on the same view: a refusal changes neither the
-        // Machines nor etcd), as v1.14 does when its own checks hold the remediation back; the
-        // guard's admission stands in for those. A deletion the API server refuses ends v1.14's
-        // reconcile with an error instead: `Bugs::kcp_stops_after_refused_remediation`.
-        let mut reviewed = false;
+        // Remediation first. A deletion the API server refuses (the guard's denial) ends the
+        // reconcile with the error, and the next reconcile tries the same remediation again
+        // (Cluster API v1.14, `controlplane/kubeadm/reconcilers/kubeadmcontrolplane/`:
+        // `reconcileUnhealthyMachines` in remediation.go returns "failed to delete unhealthy
+        // machine", and `reconcile` in kubeadmcontrolplane_controller.go returns before the
+        // scale operations). A refusal that changed the guard's state (its fresh probe, the
+        // reservations it dropped) is a step; one that changed nothing is no step.
         if let Some(key) = r.remediate {
             let slot = u8::try_from(key).ok()?;
             say.line(|| format!("KCP remediates Machine {}: deletes it", name(slot)));
-            match self.review_deletion(n, slot, Who::Kcp, true, Fresh::Probe { explore }, say) {
-                Some(true) => return Some(()),
-                Some(false) => reviewed = true,
-                None => {}
-            }
-            if self.bugs.kcp_stops_after_refused_remediation {
-                return reviewed.then_some(());
-            }
+            return self
+                .review_deletion(n, slot, Who::Kcp, true, Fresh::Probe { explore }, say)
+                .map(|_| ());
         }
         let then = if self.bugs.kcp_skips_preflight {
             without_health_preflight(&view, r.then)
@@ -485,10 +487,10 @@ impl Config {
             r.then
         };
         match then {
-            KcpMove::Converged | KcpMove::Wait(_) => reviewed.then_some(()),
+            KcpMove::Converged | KcpMove::Wait(_) => None,
             KcpMove::ScaleUp => {
                 if explore && n.left.new_machines == 0 {
-                    return reviewed.then_some(());
+                    return None;
                 }
                 if explore {
                     n.left.new_machines -= 1;
@@ -521,7 +523,7 @@ impl Config {
                     }
                     Style::V03 => {
                         if !n.has_quorum() {
-                            return reviewed.then_some(());
+                            return None;
                         }
                         n.members.retain(|m| m.slot != victim);
                         n.kcp_deletes_next = Some(victim);

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use quorumguard::admission::reservations::ReplicaReservation;
 use quorumguard::engine::kcp::{KcpMachine, MemberFit};
 use quorumguard::engine::{
     ANNOTATION_REMEDIATE, Belief, Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology,
@@ -19,6 +20,7 @@ const YOUNG: i64 = NOW - 60;
 const OLD: i64 = NOW - 86_400;
 
 /// Which KCP to imitate, as the playground's simulated controller does (crates/playground/src/kcp.rs).
+/// Either way a refused remediation ends KCP's reconcile (Cluster API v1.14's order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Style {
     /// KCP v0.3: a new member joins voting (counted before it has started); scale-down removes
@@ -27,6 +29,17 @@ pub enum Style {
     /// Current KCP: a learner joins and is promoted; scale-down deletes the Machine and the
     /// pre-terminate hook removes the member.
     Current,
+}
+
+/// The KCP's `spec.version` the guard reads for a style, so that the engine's join style
+/// (`ControlPlane::join_style`, crates/engine/src/joins.rs) is the one the model's kubeadm
+/// follows: kubeadm v1.28 joins voting (`EtcdLearnerMode` off by default before v1.29), v1.32
+/// joins a learner (the gate GA, locked on). A rollout changes the patch version.
+pub fn kcp_version(style: Style, version: u8) -> String {
+    match style {
+        Style::V03 => format!("v1.28.{version}"),
+        Style::Current => format!("v1.32.{version}"),
+    }
 }
 
 /// A control-plane Machine as the API server holds it (and the guard's cache, lagging).
@@ -132,7 +145,8 @@ pub struct State {
     /// The latest probe failed: the record's health is unknown until one succeeds.
     pub probe_failed: bool,
     pub belief: Belief,
-    pub reserved_replicas: Option<u8>,
+    /// The webhook's reservation of spec.replicas (`Reservations`' own rule).
+    pub reserved_replicas: Option<ReplicaReservation>,
     pub reserved: Vec<Reserved>,
     // Bounds.
     pub left: Left,
@@ -357,6 +371,7 @@ impl State {
     /// The control plane as the status enricher sees it: the cache and the latest probe.
     pub fn enricher_view(&self) -> ControlPlane {
         control_plane(
+            self.style,
             self.cache_machines.iter().map(engine_machine).collect(),
             self.cache_replicas,
             self.cache_version,
@@ -368,17 +383,21 @@ impl State {
     /// The control plane as the webhook judges a review on it: the enricher's view with the
     /// reservations applied (as `Reservations::apply` does), and the reservations left after
     /// dropping those the cache now shows or has seen completed.
-    pub fn webhook_view(&self, reservations: bool) -> (ControlPlane, Option<u8>, Vec<Reserved>) {
+    pub fn webhook_view(
+        &self,
+        reservations: bool,
+    ) -> (ControlPlane, Option<ReplicaReservation>, Vec<Reserved>) {
         let mut cp = self.enricher_view();
         if !reservations {
             return (cp, None, Vec::new());
         }
-        let replicas = self
+        let held = self
             .reserved_replicas
-            .filter(|to| self.cache_replicas < *to);
-        if let Some(to) = replicas {
-            cp.kcp.replicas = cp.kcp.replicas.max(u32::from(to));
+            .and_then(|r| Some((r, r.holds(u32::from(self.cache_replicas))?)));
+        if let Some((_, to)) = held {
+            cp.kcp.replicas = cp.kcp.replicas.max(to);
         }
+        let replicas = held.map(|(r, _)| r);
         let kept: Vec<Reserved> = self
             .reserved
             .iter()
@@ -489,6 +508,7 @@ pub fn engine_machine(m: &Mach) -> Machine {
 }
 
 pub fn control_plane(
+    style: Style,
     machines: Vec<Machine>,
     replicas: u8,
     version: u8,
@@ -507,7 +527,8 @@ pub fn control_plane(
             etcd: EtcdTopology::Stacked,
             max_surge: u32::from(max_surge),
             deleting: false,
-            version: Some(format!("v1.{version}")),
+            version: Some(kcp_version(style, version)),
+            etcd_learner_mode: None,
         },
         machines,
         etcd,

@@ -9,9 +9,13 @@
 //!   the library's methods are reached through `Deref`.
 //! - When a test panics, the tail of every member's log is printed; `QG_KEEP_ETCD=1` keeps the
 //!   cluster's directory.
+//! - Which etcd: `QUORUMGUARD_ETCD_BIN_DIR`'s `etcd` and `etcdctl` when it is set (e.g. etcd
+//!   3.5.1 from `scripts/deps.sh`), else PATH's (Debian's 3.4.23): the library's
+//!   [`quorumguard::playground::etcd::program`]. [`version`] is its version, for tests whose
+//!   expectation follows it.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use quorumguard::etcd::ClientTls;
 use quorumguard::playground::etcd as lib;
@@ -20,6 +24,23 @@ pub use quorumguard::playground::etcd::{
 };
 
 static SLOT: Mutex<()> = Mutex::new(());
+
+/// The version of the etcd the tests run (`3.4.23`, `3.5.1`): what every member's status
+/// reports. Panics when `etcd --version` cannot say.
+pub fn version() -> &'static str {
+    static VERSION: OnceLock<String> = OnceLock::new();
+    VERSION.get_or_init(|| lib::etcd_version().unwrap_or_else(|e| panic!("etcd's version: {e}")))
+}
+
+/// `(major, minor)` of [`version`]: `(3, 4)`, `(3, 5)`.
+pub fn minor_version() -> (u32, u32) {
+    let v = version();
+    let mut parts = v.split('.').map(|p| p.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor),
+        _ => panic!("etcd's version {v:?} is not MAJOR.MINOR.PATCH"),
+    }
+}
 
 /// A runtime like the binary's, for tests that drive etcd from async code: two workers, as on
 /// the 2-core CI machine (the etcd slot is taken outside it: it is a blocking lock).

@@ -679,4 +679,57 @@ mod tests {
         );
         assert_eq!(healths(&j), ["down", "up", "up", "up"]);
     }
+
+    /// The model check's counterexample (docs/rules.md, "What the checker found", elections of
+    /// 3 probes): a learner joins, its leader fails, and the learner answers "no leader" like the
+    /// voters. Two probes of that election do not confirm it down, and once promoted (the model
+    /// promotes during the election) it does not make the record claim a quorum loss while 3 of
+    /// 4 voting members are up.
+    #[test]
+    fn a_learner_that_joined_just_before_an_election_is_not_confirmed_down_by_it_nor_once_promoted()
+    {
+        let mut b = Belief::default();
+        let learner = |health: Health, is_learner: bool| {
+            let mut m = member(4, health, true, false);
+            m.is_learner = is_learner;
+            m
+        };
+        b.judge(vec![up(1, true), up(2, false), up(3, false)], s(0.0), &c());
+        // The learner is added: a changed member list, confirmed by the next probe.
+        let j = b.judge(
+            vec![
+                up(1, true),
+                up(2, false),
+                up(3, false),
+                learner(Health::Healthy, true),
+            ],
+            s(1.0),
+            &c(),
+        );
+        assert_eq!(j.members, None);
+        // The leader fails: the others, the learner included, answer without a leader.
+        let no_leader = || Health::Unhealthy("etcdserver: no leader".into());
+        let electing = |is_learner| {
+            vec![
+                silent(1),
+                leaderless(2),
+                leaderless(3),
+                learner(no_leader(), is_learner),
+            ]
+        };
+        for t in [2.0, 3.0] {
+            let j = b.judge(electing(true), s(t), &c());
+            assert_eq!(healths(&j)[3], "unconfirmed", "at {t}");
+        }
+        // Promoted, still without a leader: a voting member in the election, not a confirmed
+        // failure; the record does not claim quorum lost (etcd has 3 of 4 up).
+        let j = b.judge(electing(false), s(4.0), &c());
+        assert_eq!(
+            healths(&j),
+            ["down", "unconfirmed", "unconfirmed", "unconfirmed"]
+        );
+        let members = j.members.expect("a record");
+        assert!(!crate::quorum::Tally::of(&members, false).quorum_lost());
+        assert!(!b.is_confirmed_unhealthy(MemberId(4)));
+    }
 }

@@ -22,7 +22,7 @@
 //!
 //! Pure: the adapter passes the probe and the record it holds.
 
-use super::model::{Health, HealthRef, Member};
+use super::model::{Alarm, Health, HealthRef, Member};
 use super::quorum::quorum;
 
 /// How a member's status answer shows in a probe: a member whose status call came back has a
@@ -121,7 +121,10 @@ pub fn failed_view(record: &[Member]) -> Vec<Member> {
                 (_, HealthRef::Unhealthy(_)) => {}
                 _ => {
                     m.health = Health::Unknown;
-                    m.alarms.clear();
+                    // A NOSPACE alarm is etcd's replicated state and space is not freed by
+                    // itself: it stands until a probe sees it disarmed (it makes no member
+                    // unhealthy, so it is kept here rather than above).
+                    m.alarms.retain(|a| *a == Alarm::NoSpace);
                 }
             }
             m

@@ -102,9 +102,9 @@ pub enum KcpMove {
 pub struct Reconcile {
     /// Delete this Machine to remediate it. When the deletion is refused by the API server (the
     /// guard's denial), v1.14 ends its reconcile with the error and tries the same remediation
-    /// next time, so nothing else moves: `preflight` plays it so. When KCP's own checks hold a
-    /// remediation back it goes on with [`Reconcile::then`], which the model check also does
-    /// after a refusal (docs/kcp-model.md says where that differs).
+    /// next time, so nothing else moves: `preflight` and the model check play it so. When
+    /// KCP's own checks hold a remediation back it goes on with [`Reconcile::then`]; of those
+    /// checks only "more than one Machine" is here (docs/kcp-model.md).
     pub remediate: Option<u32>,
     pub then: KcpMove,
 }
@@ -118,10 +118,12 @@ pub fn reconcile(v: &KcpView<'_>) -> Reconcile {
         };
     }
     // The sickest first: a Machine whose member is not healthy before one merely annotated.
+    // None with one Machine or none: v1.14's `reconcileUnhealthyMachines` (remediation.go)
+    // skips remediation while `controlPlane.Machines.Len() <= 1` and goes on to scale.
     let remediate = v
         .machines
         .iter()
-        .filter(|m| m.remediate)
+        .filter(|m| m.remediate && v.machines.len() > 1)
         .min_by_key(|m| (m.member == MemberFit::Healthy, m.key))
         .map(|m| m.key);
     Reconcile {
@@ -253,6 +255,17 @@ mod tests {
         let r = view(3, 1, &ms);
         assert_eq!(r.remediate, Some(2));
         assert_eq!(r.then, KcpMove::Converged);
+    }
+
+    #[test]
+    fn one_machine_is_not_remediated_kcp_scales_instead() {
+        // v1.14 remediation.go: "the number of current replicas is less or equal to 1.
+        // Skipping remediation", and the reconcile goes on to scale.
+        let mut ms = [m(0, false)];
+        ms[0].remediate = true;
+        let r = view(3, 1, &ms);
+        assert_eq!(r.remediate, None);
+        assert_eq!(r.then, KcpMove::ScaleUp);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 
 pub mod confirm;
 pub mod decide;
+pub mod etcd_version;
 pub mod fresh;
+pub mod joins;
 pub mod kcp;
 pub mod model;
 pub mod next_action;
@@ -14,6 +16,7 @@ pub mod rollout;
 pub use confirm::{Belief, Confirmation, Judged};
 pub use decide::{Figures, Judgement, Operation, Reason, Verdict, admit, admit_deletion, decide};
 pub use fresh::{failed_view, fresh_view};
+pub use joins::{JoinBasis, JoinStyle, Joins};
 pub use model::*;
 pub use next_action::{ActionCode, NextAction, next_action};
 

@@ -69,7 +69,7 @@ pub enum HealthRef<'a> {
 pub enum Unfit<'a> {
     /// Added to the member list but never started.
     NotStarted,
-    /// A NOSPACE or CORRUPT alarm.
+    /// A CORRUPT alarm.
     Alarm(&'a Alarm),
     /// The error text the probe saw.
     Error(&'a str),
@@ -111,7 +111,8 @@ impl<'a> From<&'a Health> for HealthRef<'a> {
     }
 }
 
-/// An etcd alarm raised on a member. NOSPACE and CORRUPT make a member unhealthy.
+/// An etcd alarm raised on a member. CORRUPT makes a member unhealthy; NOSPACE stops writes
+/// but not raft (see [`Member::effective_health`]).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Alarm {
     NoSpace,
@@ -172,7 +173,10 @@ impl Member {
     }
 
     /// Health as the quorum rules must see it: an unstarted member cannot be healthy, and a
-    /// NOSPACE or CORRUPT alarm makes a member unfit whatever its endpoint answers.
+    /// CORRUPT alarm makes a member unfit whatever its endpoint answers (its data is wrong). A
+    /// NOSPACE alarm does not: it stops every member's writes, but raft keeps its quorum, and
+    /// members, learners and leadership still change (docs/rules.md, what NOSPACE does); the
+    /// next action frees the space ([`crate::next_action`]'s `FreeSpace`).
     pub fn effective_health(&self) -> Health {
         self.effective_health_ref().to_health()
     }
@@ -182,11 +186,7 @@ impl Member {
         if self.is_unstarted() {
             return HealthRef::Unhealthy(Unfit::NotStarted);
         }
-        if let Some(alarm) = self
-            .alarms
-            .iter()
-            .find(|a| matches!(a, Alarm::NoSpace | Alarm::Corrupt))
-        {
+        if let Some(alarm) = self.alarms.iter().find(|a| matches!(a, Alarm::Corrupt)) {
             return HealthRef::Unhealthy(Unfit::Alarm(alarm));
         }
         HealthRef::from(&self.health)
@@ -233,7 +233,12 @@ pub struct Kcp {
     /// `spec.rollout.strategy.rollingUpdate.maxSurge`: 1 adds before deleting, 0 deletes first.
     pub max_surge: u32,
     pub deleting: bool,
+    /// `spec.version`: the Kubernetes (and kubeadm) version of the Machines KCP creates.
     pub version: Option<String>,
+    /// kubeadm's `EtcdLearnerMode` feature gate where
+    /// `kubeadmConfigSpec.clusterConfiguration.featureGates` sets it: with the version, it
+    /// decides whether a join adds a learner or a voting member ([`crate::joins`]).
+    pub etcd_learner_mode: Option<bool>,
 }
 
 /// The owning Cluster, reduced to what the rules read.

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::decide::{Words, judge_delete};
+use super::decide::{Reason, Words, judge_delete};
 use super::model::*;
 use super::quorum::{self, Safety, Tally};
 
@@ -268,7 +268,7 @@ pub(crate) fn promotion_safe(before: Tally) -> bool {
 }
 
 /// Whether removing member `o` is safe and keeps the fault tolerance advice must keep.
-fn removable(o: &Member, tally: Tally, keep: i64, stale: bool) -> bool {
+fn removable(o: &Member, members: &[Member], tally: Tally, keep: i64, stale: bool) -> bool {
     let mut removed = Tally::default();
     // A learner does not vote: removing it changes no count.
     if !o.is_learner {
@@ -279,7 +279,8 @@ fn removable(o: &Member, tally: Tally, keep: i64, stale: bool) -> bool {
         unhealthy: tally.unhealthy - removed.unhealthy,
         unknown: tally.unknown - removed.unknown,
     };
-    quorum::removal(tally, removed) == Safety::Safe
+    (quorum::removal(tally, removed) == Safety::Safe
+        || quorum::unfit_voter_removal_safe(members, o, stale))
         && quorum::tolerance(after.voting(), after.healthy) >= keep
 }
 
@@ -333,7 +334,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     if let Some(a) = free_space(cp, members, stale) {
         return a;
     }
-    if tally.quorum_lost() {
+    if quorum::raft_quorum_lost(members, stale) {
         return NextAction::new(
             ActionCode::RestoreQuorum,
             format!(
@@ -378,7 +379,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
             )
             .with(u.id.to_string(), None);
         }
-        if removable(u, tally, keep, stale) {
+        if removable(u, members, tally, keep, stale) {
             let failed = memberless.first();
             let why = match failed {
                 Some(m) => format!(
@@ -456,7 +457,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     let orphan_removal = || {
         orphans
             .iter()
-            .find(|o| removable(o, tally, keep, stale))
+            .find(|o| removable(o, members, tally, keep, stale))
             .map(|o| {
                 remove_member(
                     o,
@@ -499,11 +500,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         if let Some(a) = orphan_removal() {
             return a;
         }
-        let down: Vec<String> = members
-            .iter()
-            .filter(|x| !x.is_learner && !quorum::effective_ref(x, stale).is_healthy())
-            .map(|x| x.display_name())
-            .collect();
+        let down = not_healthy_names(members, stale);
         return NextAction::new(
             ActionCode::CheckEtcdHealth,
             format!(
@@ -513,11 +510,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
                 tally.healthy,
                 tally.voting(),
                 quorum::quorum(tally.voting()),
-                if down.is_empty() {
-                    "the members not known healthy".to_string()
-                } else {
-                    down.join(", ")
-                }
+down
             ),
         )
         .with(m.name.clone(), None);
@@ -597,6 +590,14 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         return a;
     }
 
+    // KCP remediates before anything else, and Cluster API v1.14 ends its reconcile when the
+    // API server refuses a remediation's deletion (`remediation.go` returns the error), then
+    // tries the same one again: a remediation the guard refuses holds KCP for ever. Name what
+    // unblocks it, never a wait.
+    if let Some(a) = refused_remediation(cp, &active, tally, stale, policy, now_unix) {
+        return a;
+    }
+
     // A Machine whose member is unhealthy, a stalled learner, or that never got a member: KCP
     // replaces it.
     let mut ctl = None;
@@ -673,25 +674,112 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     )
 }
 
+/// "a, b": the voting members not known healthy, as a sentence names them.
+fn not_healthy_names(members: &[Member], stale: bool) -> String {
+    let down: Vec<String> = members
+        .iter()
+        .filter(|x| !x.is_learner && !quorum::effective_ref(x, stale).is_healthy())
+        .map(|x| x.display_name())
+        .collect();
+    if down.is_empty() {
+        "the members not known healthy".to_string()
+    } else {
+        down.join(", ")
+    }
+}
+
+/// The Machine KCP remediates next, when the guard refuses KCP's deletion of it for a reason
+/// that has no end of its own: what unblocks KCP. KCP picks among the Machines marked for
+/// remediation the sickest first, then the oldest ([`crate::kcp::reconcile`]). A refusal
+/// that waits for a join (`PendingJoin`: voting joins, a new Machine joining) ends with that
+/// join or with `--join-grace`, and is left to the waits below.
+fn refused_remediation(
+    cp: &ControlPlane,
+    active: &[&Machine],
+    tally: Tally,
+    stale: bool,
+    policy: &Policy,
+    now_unix: i64,
+) -> Option<NextAction> {
+    let kcp_healthy = |m: &Machine| {
+        cp.member_of(m).is_some_and(|x| {
+            !x.is_learner && x.alarms.is_empty() && quorum::effective_ref(x, stale).is_healthy()
+        })
+    };
+    let m = active
+        .iter()
+        .copied()
+        .filter(|m| m.annotation(ANNOTATION_REMEDIATE).is_some())
+        .min_by_key(|m| kcp_healthy(m))?;
+    // v1.14 remediates nothing with a single Machine (`remediation.go`
+    // `reconcileUnhealthyMachines`: `Machines.Len() <= 1` goes on to scale).
+    if cp.machines.len() <= 1 {
+        return None;
+    }
+    let j = judge_delete(cp, m, &controller(policy), policy, now_unix, Words::All);
+    if j.allowed || j.reason == Reason::PendingJoin {
+        return None;
+    }
+    let ns = &cp.kcp.namespace;
+    let any_down = cp
+        .members()
+        .iter()
+        .any(|x| !x.is_learner && !quorum::effective_ref(x, stale).is_healthy());
+    let first = if any_down {
+        format!(
+            "Either bring back etcd on {} (then KCP's retry succeeds), or take the remediation request back so that KCP can go on",
+            not_healthy_names(cp.members(), stale)
+        )
+    } else {
+        "Take the remediation request back so that KCP can go on".to_string()
+    };
+    let cmd = format!(
+        "kubectl annotate machine -n {ns} {} {ANNOTATION_REMEDIATE}-",
+        m.name
+    );
+    // A sicker Machine KCP may replace instead: marked, it is KCP's first pick.
+    let ctl = controller(policy);
+    let sicker = active
+        .iter()
+        .filter(|o| o.name != m.name && o.annotation(ANNOTATION_REMEDIATE).is_none())
+        .find(|o| {
+            cp.member_of(o).is_some_and(|x| {
+                matches!(quorum::effective_ref(x, stale), HealthRef::Unhealthy(_))
+            }) && allowed(cp, o, &ctl, policy, now_unix)
+        })
+        .map_or(String::new(), |o| {
+            format!(
+                " Or ask KCP to replace Machine {ns}/{} first, whose member is unhealthy (KCP takes the sickest Machine first): `kubectl annotate machine -n {ns} {} {ANNOTATION_REMEDIATE}=\"\"`.",
+                o.name, o.name
+            )
+        });
+    Some(
+        NextAction::new(
+            ActionCode::CheckEtcdHealth,
+            format!(
+                "KCP is remediating Machine {ns}/{} and quorumguard refuses that deletion ({}: {} healthy of {} voting members, quorum {}); KCP retries it and does nothing else until it succeeds. {first}: `{cmd}`.{sicker}",
+                m.name,
+                j.reason,
+                tally.healthy,
+                tally.voting(),
+                quorum::quorum(tally.voting()),
+            ),
+        )
+        .with(m.name.clone(), Some(cmd)),
+    )
+}
+
 /// A NOSPACE alarm: the whole cluster refuses writes until space is freed and the alarm
-/// disarmed, and a new member would receive the same data. Named while quorum holds once the
-/// members that raised it are counted by what their probes say (they serve reads); if it is
-/// lost even then, restoring quorum comes first.
+/// disarmed, and a new member would receive the same data. A NOSPACE alarm does not make a
+/// member unhealthy (raft keeps its quorum: [`Member::effective_health`]), so this is named
+/// whenever quorum holds; if it is lost, restoring quorum comes first.
 fn free_space(cp: &ControlPlane, members: &[Member], stale: bool) -> Option<NextAction> {
     let raised: Vec<&Member> = members
         .iter()
         .filter(|m| m.alarms.contains(&Alarm::NoSpace))
         .collect();
     let first = raised.first()?;
-    let disarmed: Vec<Member> = members
-        .iter()
-        .map(|m| {
-            let mut m = m.clone();
-            m.alarms.retain(|a| *a != Alarm::NoSpace);
-            m
-        })
-        .collect();
-    if Tally::of(&disarmed, stale).quorum_lost() {
+    if quorum::raft_quorum_lost(members, stale) {
         return None;
     }
     let names: Vec<String> = raised

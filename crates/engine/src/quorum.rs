@@ -1,7 +1,7 @@
 //! Quorum arithmetic: how many voting members must be healthy, and whether a change in membership
 //! keeps that true whatever order it completes in and whatever the unknown members turn out to be.
 
-use super::model::{Health, HealthRef, Member};
+use super::model::{Alarm, Health, HealthRef, Member, Unfit};
 
 /// Votes needed for a majority of `voting` members.
 pub fn quorum(voting: usize) -> usize {
@@ -63,6 +63,52 @@ impl Tally {
     pub fn quorum_lost(&self) -> bool {
         self.optimistic() < quorum(self.voting())
     }
+}
+
+/// Whether etcd has lost quorum for certain, as raft counts votes: fewer voting members up (or
+/// of unknown health) than a quorum. A member whose only fault is a CORRUPT alarm still votes
+/// (the alarm refuses its reads and writes, not raft's messages or membership changes), so it
+/// counts as up here, though every removal counts it unhealthy (its data is wrong). This is
+/// what `QuorumLost` and `RestoreQuorum` rest on: a snapshot restore is never advised while
+/// raft has its quorum.
+pub fn raft_quorum_lost(members: &[Member], stale: bool) -> bool {
+    let mut voting = 0;
+    let mut up = 0;
+    for m in members.iter().filter(|m| !m.is_learner) {
+        voting += 1;
+        let counts_up = match effective_ref(m, stale) {
+            HealthRef::Healthy | HealthRef::Unknown(_) => true,
+            HealthRef::Unhealthy(Unfit::Alarm(Alarm::Corrupt)) => {
+                !matches!(HealthRef::from(&m.health), HealthRef::Unhealthy(_))
+            }
+            HealthRef::Unhealthy(_) => false,
+        };
+        up += usize::from(counts_up);
+    }
+    up < quorum(voting)
+}
+
+/// Whether `m` is unfit only by a CORRUPT alarm while its endpoint answers: it still votes.
+pub fn votes_while_unfit(m: &Member, stale: bool) -> bool {
+    !m.is_learner
+        && matches!(
+            effective_ref(m, stale),
+            HealthRef::Unhealthy(Unfit::Alarm(Alarm::Corrupt))
+        )
+        && !matches!(HealthRef::from(&m.health), HealthRef::Unhealthy(_))
+}
+
+/// Removing `m` alone, a member that still votes though its data is wrong (a CORRUPT alarm):
+/// raft commits the removal while it has its quorum (counting `m` up, see
+/// [`raft_quorum_lost`]), and the members left must be a healthy quorum. The tally counts `m`
+/// unhealthy and would call this removal unsafe whenever the healthy members alone are not a
+/// quorum of the members with it (1 healthy + 1 corrupt), though it is the way out.
+pub fn unfit_voter_removal_safe(members: &[Member], m: &Member, stale: bool) -> bool {
+    if !votes_while_unfit(m, stale) || raft_quorum_lost(members, stale) {
+        return false;
+    }
+    let after = Tally::of(members.iter().filter(|x| x.id != m.id), stale);
+    after.voting() > 0 && after.healthy >= quorum(after.voting())
 }
 
 /// A member's health as the rules read it: a stale probe proves nothing healthy, but a member

@@ -8,8 +8,10 @@
 //!    KCP's own check allows it (the voting members left, less the unhealthy ones, keep a
 //!    quorum, and no learner is listed), and no other hook holds the deletion.
 //! 2. A Machine without a node joins: `kubeadm join` adds its member as a learner (etcd takes
-//!    one learner at a time, and adds a member only while every voting member is connected:
-//!    its strict reconfiguration check), then the learner is promoted and the
+//!    one learner at a time, and adds a member only while every voting member is connected, or
+//!    since etcd 3.5.30, 3.6.11 and 3.7 a quorum of them and the new one: its strict
+//!    reconfiguration check, by the members' etcd version, [`crate::etcd_version`]), then the
+//!    learner is promoted and the
 //!    Machine has its node. A Machine that was already there and is past `--join-grace`
 //!    (no member) or `--learner-grace` (a learner) is taken as stopped, as the next action
 //!    does.
@@ -23,6 +25,7 @@
 use std::fmt;
 
 use super::decide::admit_deletion;
+use super::etcd_version::{AddRefusal, add_member_rule, member_add_refusal};
 use super::kcp::{self, Hold, KcpMachine, KcpMove, KcpView, MemberFit};
 use super::model::*;
 use super::next_action::{ActionCode, NextAction, next_action};
@@ -628,7 +631,11 @@ impl<'p> Sim<'p> {
                 let member = match self.member_index(m).map(|i| &self.members()[i]) {
                     None => MemberFit::Missing,
                     Some(x) if x.is_learner => MemberFit::Learner,
-                    Some(x) if !x.effective_health_ref().is_healthy() => MemberFit::Unhealthy,
+                    // KCP's etcd check marks a member with any alarm unhealthy (v1.14
+                    // `updateManagedEtcdConditions`), NOSPACE included, though raft is fine.
+                    Some(x) if !x.effective_health_ref().is_healthy() || !x.alarms.is_empty() => {
+                        MemberFit::Unhealthy
+                    }
                     Some(_) => MemberFit::Healthy,
                 };
                 KcpMachine {
@@ -867,20 +874,29 @@ impl<'p> Sim<'p> {
                     ));
                 }
                 // etcd's strict reconfiguration check (on by default) adds a member, learners
-                // too, only while the leader has been connected to every voting member.
-                if let Some(x) = self
-                    .members()
-                    .iter()
-                    .find(|x| !x.is_learner && !x.effective_health_ref().is_healthy())
+                // too, only while enough voting members are connected to the member asked:
+                // every one of them before etcd PR #21641, a quorum of them and the new one
+                // since (3.5.30, 3.6.11, 3.7): the version rule of [`etcd_version`]. A healthy
+                // voting member stands for a connected one.
+                let rule = add_member_rule(self.members());
+                let c = Counts::of(self.members());
+                if let Some(AddRefusal::NotConnected { needed, .. }) =
+                    member_add_refusal(rule.rule, c.voting, c.voting, c.healthy, true)
                 {
-                    let c = Counts::of(self.members());
+                    let down: Vec<String> = self
+                        .members()
+                        .iter()
+                        .filter(|x| !x.is_learner && !x.effective_health_ref().is_healthy())
+                        .map(|x| format!("{} ({})", x.shown_name(), x.id))
+                        .collect();
                     return Err((
                         ReadyReason::MemberUnhealthy,
                         format!(
-                            "the join of Machine {ns}/{} cannot add its member: etcd adds a member only while every voting member is connected, and {} ({}) is not healthy ({} healthy of {} voting)",
+                            "the join of Machine {ns}/{} cannot add its member: {}, and {} {} not healthy ({} healthy of {} voting, {needed} needed)",
                             m.name,
-                            x.shown_name(),
-                            x.id,
+                            rule.describe(),
+                            down.join(", "),
+                            if down.len() == 1 { "is" } else { "are" },
                             c.healthy,
                             c.voting
                         ),
@@ -1333,6 +1349,84 @@ mod tests {
             "{}",
             f.text
         );
+    }
+
+    fn with_etcd(mut c: ControlPlane, version: Option<&str>) -> ControlPlane {
+        if let EtcdState::Observed(s) = &mut c.etcd {
+            for m in &mut s.members {
+                m.version = version.map(str::to_string);
+            }
+        }
+        c
+    }
+
+    fn five() -> ControlPlane {
+        let names = ["m1", "m2", "m3", "m4", "m5"];
+        let members: Vec<(&str, Health)> = names.iter().map(|n| (*n, healthy())).collect();
+        cp(5, &members)
+    }
+
+    #[test]
+    fn a_join_with_one_of_five_down_follows_the_etcd_version() {
+        // One member fails right after KCP created the sixth Machine: 5 voting, 4 connected.
+        // Before etcd PR #21641 the join's learner add is refused until the member is back;
+        // with it (3.5.30, 3.6.11, 3.7) 4 >= quorum(6) = 4 lets the learner in.
+        for (version, strict) in [
+            (None, true),
+            (Some("3.4.23"), true),
+            (Some("3.5.1"), true),
+            (Some("3.5.29"), true),
+            (Some("3.6.10"), true),
+            (Some("3.5.30"), false),
+            (Some("3.6.11"), false),
+            (Some("3.7.0"), false),
+        ] {
+            let p = predict(&with_etcd(five(), version));
+            assert_eq!(
+                p.readiness,
+                Readiness::Ready,
+                "{version:?}: {}",
+                p.summary()
+            );
+            assert_eq!(p.steps[0].kind, StepKind::Create);
+            let f = p.steps[0].one_failure.as_ref().expect("a member can fail");
+            assert!(f.quorum_kept, "{version:?}: {f:?}");
+            let at_join = f.sticks_at == Some(2);
+            assert_eq!(at_join, strict, "{version:?}: {f:?}");
+            if strict {
+                assert!(
+                    f.text.contains("every voting member is connected"),
+                    "{}",
+                    f.text
+                );
+                let shown = version.map_or(
+                    "etcd (version unknown, taken as before 3.5.30) adds".to_string(),
+                    |v| format!("etcd {v} adds"),
+                );
+                assert!(f.text.contains(&shown), "{version:?}: {}", f.text);
+            } else {
+                assert!(
+                    !f.text.contains("cannot add its member"),
+                    "{version:?}: {}",
+                    f.text
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn with_21641_one_of_three_down_still_keeps_the_learner_out() {
+        // etcd's own e2e test: "1 out of 3 members is down, reject adding member" (2 < quorum(4)).
+        let p = predict(&with_etcd(three(), Some("3.6.11")));
+        let f = p.steps[0].one_failure.as_ref().expect("a member can fail");
+        assert_eq!(f.sticks_at, Some(2), "{f:?}");
+        assert!(
+            f.text
+                .contains("etcd 3.6.11 adds a member only while a quorum"),
+            "{}",
+            f.text
+        );
+        assert!(f.text.contains("3 needed"), "{}", f.text);
     }
 
     #[test]

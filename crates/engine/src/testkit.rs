@@ -64,7 +64,10 @@ pub fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
             etcd: EtcdTopology::Stacked,
             max_surge: 1,
             deleting: false,
-            version: Some("v1.32.0".into()),
+            // Voting joins (kubeadm before v1.29 without EtcdLearnerMode): the stricter
+            // reading, which most rule tests are about; tests of learner joins set v1.32.
+            version: Some("v1.28.0".into()),
+            etcd_learner_mode: None,
         },
         machines: Vec::new(),
         etcd: EtcdState::Observed(EtcdSnapshot {

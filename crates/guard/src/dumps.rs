@@ -376,7 +376,9 @@ pub fn control_plane(
     )
 }
 
-/// The files of one `check`: objects and member list are required, the rest optional.
+/// The files of one `check`: objects and member list are required, the rest optional. A member
+/// list dump that is empty or holds etcdctl's error (etcdctl 3.5 fails it without a leader)
+/// leaves etcd's member list unknown, with what the endpoint status dump saw as the reason.
 #[derive(Clone, Copy, Debug)]
 pub struct DumpFiles<'a> {
     pub objects: &'a Path,
@@ -447,7 +449,11 @@ pub fn assemble(texts: &DumpTexts) -> Result<Loaded, DumpError> {
     let objs = parse_objects(objects_text, objects_file)?;
     let kcp = select_kcp(&objs, texts.kcp, objects_file)?.clone();
     let (ml_file, ml_text) = texts.member_list;
-    let members = etcdctl::parse_member_list(ml_text).map_err(etcdctl_err(ml_file))?;
+    // etcdctl 3.5 fails the member list without a leader: say what the rest of the dumps saw.
+    let members = match etcdctl::failed_member_list(ml_text) {
+        Some(failed) => Err(failed),
+        None => Ok(etcdctl::parse_member_list(ml_text).map_err(etcdctl_err(ml_file))?),
+    };
     let status = match texts.endpoint_status {
         Some((f, t)) => Some(etcdctl::parse_endpoint_status(t).map_err(etcdctl_err(f))?),
         None => None,
@@ -460,9 +466,25 @@ pub fn assemble(texts: &DumpTexts) -> Result<Loaded, DumpError> {
         Some((f, t)) => etcdctl::parse_alarm_list(t).map_err(etcdctl_err(f))?,
         None => Vec::new(),
     };
-    let (snapshot, mut warnings) =
-        etcdctl::snapshot(members, status.as_deref(), health.as_deref(), &alarms);
-    let (control_plane, more) = control_plane(&objs, &kcp, EtcdState::Observed(snapshot));
+    let (etcd, mut warnings) = match members {
+        Ok(members) => {
+            let (snapshot, warnings) =
+                etcdctl::snapshot(members, status.as_deref(), health.as_deref(), &alarms);
+            (EtcdState::Observed(snapshot), warnings)
+        }
+        Err(failed) => (
+            EtcdState::Unknown {
+                reason: format!(
+                    "no member list: {ml_file}: {failed} (etcdctl 3.5 and later get the member \
+                     list only from a leader with its quorum; 3.4's came from the member asked); \
+                     endpoint status: {}",
+                    etcdctl::endpoints_seen(status.as_deref())
+                ),
+            },
+            Vec::new(),
+        ),
+    };
+    let (control_plane, more) = control_plane(&objs, &kcp, etcd);
     warnings.extend(more);
     if !objs.ignored.is_empty() {
         warnings.push(format!(

@@ -7,9 +7,11 @@
 //! client and peer certificate auth and fast raft timings. Fault helpers freeze, thaw, kill and
 //! remove members and add learners; admin operations go through `etcdctl` from PATH.
 //!
-//! Needs on PATH: `etcd` and `etcdctl` (Debian `etcd-server` and `etcd-client`; written against
-//! etcd 3.4), `openssl` (the CA's RSA key: rcgen on ring signs with RSA but cannot generate
-//! one), `timeout` (coreutils) and `kill`.
+//! Needs `etcd` and `etcdctl`: from the directory [`BIN_DIR_VAR`] names when it is set (e.g.
+//! etcd 3.5.1, which `scripts/deps.sh` installs), else on PATH (Debian `etcd-server` and
+//! `etcd-client`, 3.4.23); [`program`] picks. Tested on both. Also on PATH: `openssl` (the
+//! CA's RSA key: rcgen on ring signs with RSA but cannot generate one), `timeout` (coreutils)
+//! and `kill`.
 //!
 //! Safety: only 127.0.0.1; free ports come from binding port 0; every wait is bounded in time;
 //! every process started here is killed on drop; the cluster's directory (certificates, data,
@@ -49,6 +51,47 @@ pub use etcdctl::Etcdctl;
 pub use membership::ListedMember;
 pub use pki::Pki;
 
+/// The variable naming the directory of the `etcd` and `etcdctl` to run (and `etcdutl`, where
+/// one is): every etcd cluster started here, every etcdctl run against one, and the real
+/// kube-apiserver's storage etcd ([`crate::realapi::Assets`]). Unset or empty: `etcd` and
+/// `etcdctl` on PATH. `scripts/deps.sh` installs etcd 3.5.1 and exports its directory as
+/// `QUORUMGUARD_ETCD35_DIR`, so `QUORUMGUARD_ETCD_BIN_DIR=$QUORUMGUARD_ETCD35_DIR` runs on 3.5.
+pub const BIN_DIR_VAR: &str = "QUORUMGUARD_ETCD_BIN_DIR";
+
+/// The directory [`BIN_DIR_VAR`] names, when it is set and not empty (a relative one taken
+/// from the current directory).
+pub fn bin_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(std::env::var_os(BIN_DIR_VAR).filter(|d| !d.is_empty())?);
+    Some(std::path::absolute(&dir).unwrap_or(dir))
+}
+
+/// What to run for `tool` (`etcd`, `etcdctl`, `etcdutl`): `tool` in [`bin_dir`] when it is
+/// set, else `tool` itself (found on PATH).
+pub fn program(tool: &str) -> PathBuf {
+    match bin_dir() {
+        Some(dir) => dir.join(tool),
+        None => PathBuf::from(tool),
+    }
+}
+
+/// `etcd --version`'s version (`3.4.23`, `3.5.1`) of the etcd [`program`] picks.
+pub fn etcd_version() -> Result<String, EtcdError> {
+    let etcd = program("etcd");
+    let out = std::process::Command::new(&etcd)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| EtcdError::Etcdctl(format!("running {} --version: {e}", etcd.display())))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("etcd Version: "))
+        .map(|v| v.trim().to_string())
+        .ok_or_else(|| EtcdError::Output {
+            what: "etcd --version",
+            why: format!("no \"etcd Version: \" line in {text:?}"),
+        })
+}
+
 /// How long the cluster may take to become healthy.
 pub const START_WAIT: Duration = Duration::from_secs(20);
 /// How long a membership change may be refused ("unhealthy cluster": etcd wants its peers
@@ -76,6 +119,8 @@ pub enum EtcdError {
         tool: &'static str,
         package: &'static str,
     },
+    #[error("{BIN_DIR_VAR}={}: no executable {tool} there (unset it for the etcd on PATH)", dir.display())]
+    MissingInBinDir { tool: &'static str, dir: PathBuf },
     #[error("an etcd cluster here has 1 to {MAX_MEMBERS} members, not {0}")]
     MemberCount(usize),
     #[error("{names} member names given for {members} members: give one name per member, or none")]

@@ -33,6 +33,8 @@ use rcgen::ExtendedKeyUsagePurpose;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::etcd;
+
 pub use crds::{CRD_FILES, crd_files, install_crds, parse_yaml};
 pub use pki::Pair;
 pub use proc::{Proc, tail};
@@ -105,27 +107,37 @@ pub fn executable(path: &Path) -> bool {
 }
 
 impl Assets {
-    /// `kube-apiserver` and `etcd` in `dir` (setup-envtest's layout).
+    /// `kube-apiserver` and `etcd` in `dir` (setup-envtest's layout); the etcd from
+    /// `QUORUMGUARD_ETCD_BIN_DIR` instead when that is set ([`etcd::bin_dir`]), as every etcd
+    /// the playground and the tests start.
     pub fn in_dir(dir: &Path) -> Result<Assets, RealApiError> {
-        let assets = Assets {
-            kube_apiserver: dir.join("kube-apiserver"),
-            etcd: dir.join("etcd"),
-        };
-        for binary in [&assets.kube_apiserver, &assets.etcd] {
+        let etcd = etcd::bin_dir()
+            .unwrap_or_else(|| dir.to_path_buf())
+            .join("etcd");
+        Assets::in_dir_with(&dir.join("kube-apiserver"), &etcd)
+    }
+
+    /// These two, when both are executable files.
+    fn in_dir_with(kube_apiserver: &Path, etcd: &Path) -> Result<Assets, RealApiError> {
+        for binary in [kube_apiserver, etcd] {
             if !executable(binary) {
                 return Err(RealApiError::Missing(format!(
-                    "no executable {} (the directory {} must hold kube-apiserver and etcd); \
-                     {HOW_TO_GET}",
+                    "no executable {} (kube-apiserver and etcd come from {ASSETS_VAR} or \
+                     --kube-apiserver, etcd from {} when that is set); {HOW_TO_GET}",
                     binary.display(),
-                    dir.display()
+                    etcd::BIN_DIR_VAR
                 )));
             }
         }
-        Ok(assets)
+        Ok(Assets {
+            kube_apiserver: kube_apiserver.to_path_buf(),
+            etcd: etcd.to_path_buf(),
+        })
     }
 
     /// The binaries for the playground: `kube_apiserver` when given (its storage etcd from
-    /// `KUBEBUILDER_ASSETS`, else PATH), else both from `KUBEBUILDER_ASSETS`.
+    /// `QUORUMGUARD_ETCD_BIN_DIR`, else `KUBEBUILDER_ASSETS`, else PATH), else both from
+    /// `KUBEBUILDER_ASSETS` (its etcd from `QUORUMGUARD_ETCD_BIN_DIR` when that is set).
     pub fn find(kube_apiserver: Option<&Path>) -> Result<Assets, RealApiError> {
         let assets_dir = std::env::var_os(ASSETS_VAR)
             .filter(|d| !d.is_empty())
@@ -145,14 +157,18 @@ impl Assets {
                 kube_apiserver.display()
             )));
         }
+        if let Some(dir) = etcd::bin_dir() {
+            return Assets::in_dir_with(kube_apiserver, &dir.join("etcd"));
+        }
         let etcd = assets_dir
             .map(|d| d.join("etcd"))
             .filter(|p| executable(p))
             .or_else(|| on_path("etcd"))
             .ok_or_else(|| {
                 RealApiError::Missing(format!(
-                    "an etcd for kube-apiserver's storage: none in {ASSETS_VAR} or on PATH \
-                     (Debian: apt-get install etcd-server); {HOW_TO_GET}"
+                    "an etcd for kube-apiserver's storage: none in {}, {ASSETS_VAR} or on PATH \
+                     (Debian: apt-get install etcd-server); {HOW_TO_GET}",
+                    etcd::BIN_DIR_VAR
                 ))
             })?;
         Ok(Assets {

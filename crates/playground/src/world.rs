@@ -294,8 +294,12 @@ impl World {
             )));
         }
         let names: Vec<String> = SUFFIXES[..n].iter().map(|s| format!("{KCP}-{s}")).collect();
+        // Which etcd: QUORUMGUARD_ETCD_BIN_DIR's, else PATH's (crate::etcd::program).
+        let version = crate::etcd::etcd_version()
+            .map(|v| format!(" {v}"))
+            .unwrap_or_default();
         step(&format!(
-            "starting etcd: {n} member{} with TLS on 127.0.0.1",
+            "starting etcd{version}: {n} member{} with TLS on 127.0.0.1",
             if n == 1 { "" } else { "s" }
         ));
         let etcd_options = EtcdOptions {

@@ -237,7 +237,7 @@ pub(super) fn judge_delete_quorum(
     let after_alone = minus(before, alone);
     let figures = Figures::new(before, after_alone);
     let problems = not_healthy_list(cp, stale);
-    if before.quorum_lost() {
+    if quorum::raft_quorum_lost(members, stale) {
         return Judgement::deny(
             Reason::QuorumLost,
             format!(
@@ -281,7 +281,7 @@ pub(super) fn judge_delete_quorum(
     // and removing an unhealthy member is then the way out. A member about to join counts as
     // well: it votes before it is healthy, in any order with the removals.
     let me_health = quorum::effective_ref(member, stale);
-    let joining = pending_join(cp, m, policy, now_unix);
+    let joining = pending_join(cp, m, requester, policy, now_unix);
     let risk = quorum::added_risk(before, pending_tally, me_health, joining.is_some());
     let risk_without_join = match joining {
         Some(_) => quorum::added_risk(before, pending_tally, me_health, false),
@@ -292,7 +292,11 @@ pub(super) fn judge_delete_quorum(
         pending: &pending,
         stale,
     };
-    if alone_safety == Safety::Unsafe {
+    // A member that votes though its data is wrong (CORRUPT): its removal alone is the way
+    // out when raft keeps its quorum (see `quorum::unfit_voter_removal_safe`).
+    let unfit_way_out =
+        pending.is_empty() && quorum::unfit_voter_removal_safe(members, member, stale);
+    if alone_safety == Safety::Unsafe && !unfit_way_out {
         return Judgement::deny(
             Reason::WouldLoseQuorum,
             format!(
@@ -309,7 +313,8 @@ pub(super) fn judge_delete_quorum(
         return Judgement::deny(
             Reason::PendingJoin,
             format!(
-                "{what} is not safe while a new etcd member is about to join: {join}. A new member votes before it is healthy, so once it is in and {member_desc} has gone: voting {}, healthy {}, quorum {} ({}).{problems} Wait for {}the new member to join and be healthy, then try again.",
+                "{what} is not safe while a new etcd member is about to join: {join}. Joins here add a voting member ({}), which votes before it is healthy, so once it is in and {member_desc} has gone: voting {}, healthy {}, quorum {} ({}).{problems} Wait for {}the new member to join and be healthy, then try again.",
+                cp.joins(),
                 left.voting() + 1,
                 left.healthy,
                 quorum(left.voting() + 1),
@@ -374,6 +379,23 @@ pub(super) fn judge_delete_quorum(
         }),
     )
     .with_figures(figures);
+    // KCP's own deletion down to one voting member, with a replacement to come: the
+    // replacement is not this deletion's risk (it comes after it), but with voting joins it
+    // grows a single member, which needs both to be up: say so, as a scale-up from one does.
+    if words == Words::All
+        && policy.is_controller(requester)
+        && after_alone.voting() == 1
+        && pending.is_empty()
+        && cp.join_style() == JoinStyle::Voting
+        && replicas_shortfall(cp, m).is_some()
+    {
+        j.warnings.push(format!(
+            "once this deletion has finished, KCP replaces Machine {}/{} by growing a single etcd member; joins here add a voting member ({}), so etcd needs both members and is unavailable until the new one has started",
+            cp.kcp.namespace,
+            m.name,
+            cp.joins()
+        ));
+    }
     if pending_safety != Safety::Safe && words == Words::All {
         j.warnings.push(format!(
             "the pending deletions ({}) cannot all complete safely while members are unhealthy; removing the unhealthy member of Machine {}/{} first is the way out",
@@ -409,15 +431,31 @@ impl fmt::Display for Joining {
 }
 
 /// A voting member about to join the etcd of `cp` while `m` is deleted: a young Machine without
-/// a member (within `--join-grace`), or fewer Machines than spec.replicas without `m` (a
-/// scale-up admitted, or a replacement for `m`). A join already under way is in the member list
-/// (an unstarted member, a learner) and counted there; KCP adds one member at a time.
+/// a member (within `--join-grace`), or, for a person's deletion, fewer Machines than
+/// spec.replicas without `m` (a scale-up admitted, or a replacement for `m`). A join already
+/// under way is in the member list (an unstarted member, a learner) and counted there; KCP adds
+/// one member at a time.
+///
+/// None where no join can raise the quorum while `m`'s member leaves:
+/// - learner joins ([`crate::joins`]): a learner does not vote, and etcd promotes it only once it
+///   is in sync, so a promotion adds a healthy voter (H+1 of V+1 never has less fault tolerance
+///   than H of V);
+/// - the KCP controller's own deletion and the replacement it would make for it: KCP creates no
+///   Machine while one is being deleted (Cluster API v1.14 `controller.go` `reconcile`: a
+///   deleting Machine ends the reconcile before `reconcileUnhealthyMachines` and the scale
+///   operations; `scale.go` `preflightChecks` waits on deleting Machines too), and it remediates
+///   before it scales up, so the replacement comes after this deletion, never before or between
+///   its steps. A Machine it already created (young, without a member) still counts.
 pub(super) fn pending_join(
     cp: &ControlPlane,
     m: &Machine,
+    requester: &Requester,
     policy: &Policy,
     now_unix: i64,
 ) -> Option<Joining> {
+    if cp.join_style() == JoinStyle::Learner {
+        return None;
+    }
     if cp
         .members()
         .iter()
@@ -437,6 +475,9 @@ pub(super) fn pending_join(
                 .is_some_and(|c| now_unix.saturating_sub(c) < grace)
     }) {
         return Some(Joining::Machine(o.name.clone()));
+    }
+    if policy.is_controller(requester) {
+        return None;
     }
     (others.len() < cp.kcp.replicas as usize).then_some(Joining::Replicas {
         machines: others.len(),

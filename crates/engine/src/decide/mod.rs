@@ -14,6 +14,7 @@ mod replicas;
 pub mod verdict;
 mod words;
 
+use super::joins::JoinStyle;
 use super::model::*;
 use super::next_action::{NextAction, next_action};
 use super::quorum::{self, Safety, Tally, quorum};

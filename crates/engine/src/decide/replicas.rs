@@ -71,6 +71,20 @@ pub(super) fn rollout_warning(cp: &ControlPlane, policy: &Policy) -> Option<Stri
             cp.kcp_shown()
         ));
     }
+    if cp.kcp.max_surge >= 1 && cp.join_style() == JoinStyle::Learner {
+        // A learner join cannot lose quorum (see `judge_scale_up_learner`); what holds the
+        // rollout is KCP's preflight, which waits for every member to be healthy.
+        return (before.healthy < before.voting()).then(|| {
+            format!(
+                "the rollout of KubeadmControlPlane {} starts by adding a member (maxSurge 1; joins add a learner, {}, which cannot lose quorum), and KCP adds it only once every etcd member is healthy (voting {}, healthy {}): it will not make progress until then.{}",
+                cp.kcp_shown(),
+                cp.joins(),
+                before.voting(),
+                before.healthy,
+                not_healthy_list(cp, stale)
+            )
+        });
+    }
     let (step, safety) = if cp.kcp.max_surge >= 1 {
         (
             "adding a new member (maxSurge 1)".to_string(),
@@ -159,7 +173,7 @@ pub(super) fn judge_scale_down(
     let after = minus(before, removed);
     let figures = Figures::new(before, after);
     let problems = not_healthy_list(cp, stale);
-    if before.quorum_lost() {
+    if quorum::raft_quorum_lost(cp.members(), stale) {
         return Judgement::deny(
             Reason::QuorumLost,
             format!(
@@ -217,6 +231,9 @@ pub(super) fn judge_scale_up(
     requester: &Requester,
     policy: &Policy,
 ) -> Judgement {
+    if cp.join_style() == JoinStyle::Learner {
+        return judge_scale_up_learner(cp, from, to, policy);
+    }
     let kcp = cp.kcp_shown();
     let what = format!("scaling KubeadmControlPlane {kcp} from {from} to {to} replicas");
     let stale = is_stale(cp, policy);
@@ -227,7 +244,7 @@ pub(super) fn judge_scale_up(
     };
     let figures = Figures::new(before, after);
     let problems = not_healthy_list(cp, stale);
-    if before.quorum_lost() {
+    if quorum::raft_quorum_lost(cp.members(), stale) {
         return Judgement::deny(
             Reason::QuorumLost,
             format!(
@@ -315,4 +332,46 @@ pub(super) fn judge_scale_up(
             Some(figures),
         ),
     }
+}
+
+/// A scale-up where joins add learners ([`crate::joins`]): a learner does not vote, and etcd
+/// promotes it only once it is in sync, as a healthy voter, so no step of the join can lose
+/// quorum (H+1 of V+1 tolerates as many failures as H of V, or one more). Refused only when
+/// etcd has lost quorum, where no member can be added at all. With a member not known healthy
+/// the scale-up is allowed and says what holds it: KCP's preflight waits for every member to
+/// be healthy (Cluster API v1.14 `scale.go` `preflightChecks`), and etcd's strict
+/// reconfiguration check refuses to add a member while the leader is not connected to every
+/// voting member (etcd `mayAddMember`; docs/rules.md has the versions).
+fn judge_scale_up_learner(cp: &ControlPlane, from: u32, to: u32, policy: &Policy) -> Judgement {
+    let kcp = cp.kcp_shown();
+    let what = format!("scaling KubeadmControlPlane {kcp} from {from} to {to} replicas");
+    let stale = is_stale(cp, policy);
+    let before = Tally::of(cp.members(), stale);
+    let figures = Figures::new(before, before);
+    let problems = not_healthy_list(cp, stale);
+    let joins = cp.joins();
+    if quorum::raft_quorum_lost(cp.members(), stale) {
+        return Judgement::deny(
+            Reason::QuorumLost,
+            format!(
+                "{what}: etcd has lost quorum ({}).{problems} etcd adds no member without quorum; restore quorum first (bring the stopped members back if their data is intact, otherwise restore etcd from a snapshot).",
+                figures.shown()
+            ),
+        )
+        .with_figures(figures);
+    }
+    let mut j = Judgement::allow(
+        Reason::ScaleUpSafe,
+        format!(
+            "{what}: joins add a learner ({joins}), which does not vote until etcd promotes it in sync, so the join cannot lose quorum; {}",
+            figures.shown()
+        ),
+    )
+    .with_figures(figures);
+    if before.healthy < before.voting() {
+        j.warnings.push(format!(
+            "KCP will not add the new Machine of KubeadmControlPlane {kcp} until every etcd member is healthy (its preflight), and etcd refuses to add a member while a voting member is disconnected (its strict reconfiguration check): the scale-up waits until the members not known healthy are back or remediated.{problems}"
+        ));
+    }
+    j
 }

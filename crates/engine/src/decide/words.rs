@@ -21,6 +21,19 @@ pub(super) fn with_tolerance_warning(cp: &ControlPlane, mut j: Judgement) -> Jud
             f.quorum_after
         ));
     }
+    if j.allowed
+        && !j.reason.is_unconditional()
+        && j.reason != Reason::NoReplicaChange
+        && cp
+            .members()
+            .iter()
+            .any(|m| m.alarms.contains(&Alarm::NoSpace))
+    {
+        j.warnings.push(format!(
+            "etcd of KubeadmControlPlane {} has a NOSPACE alarm: quorum holds, but every member refuses writes until space is freed, so a new Machine cannot join (its node cannot register) and a replacement member would receive the same data; free space first (compact, defragment every member, `etcdctl alarm disarm`)",
+            cp.kcp_shown()
+        ));
+    }
     j
 }
 
@@ -50,14 +63,18 @@ impl fmt::Display for MemberDesc<'_> {
             f.write_str(", learner")?;
         }
         match quorum::effective_ref(m, stale) {
-            HealthRef::Healthy => f.write_str(", healthy)"),
-            HealthRef::Unhealthy(e) => write!(f, ", unhealthy: {e})"),
+            HealthRef::Healthy => f.write_str(", healthy"),
+            HealthRef::Unhealthy(e) => write!(f, ", unhealthy: {e}"),
             HealthRef::Unknown(_) if stale && !m.health.eq(&Health::Unknown) => {
-                f.write_str(", health stale)")
+                f.write_str(", health stale")
             }
-            HealthRef::Unknown(Some(why)) => write!(f, ", health unknown: {why})"),
-            HealthRef::Unknown(None) => f.write_str(", health unknown)"),
+            HealthRef::Unknown(Some(why)) => write!(f, ", health unknown: {why}"),
+            HealthRef::Unknown(None) => f.write_str(", health unknown"),
+        }?;
+        if m.alarms.contains(&Alarm::NoSpace) {
+            f.write_str(", NOSPACE alarm")?;
         }
+        f.write_str(")")
     }
 }
 

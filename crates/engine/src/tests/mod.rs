@@ -1,6 +1,7 @@
 //! Tests of the engine: hand-worked tables per rule, the named cases, and the exhaustive search.
 
 mod admit;
+mod capi;
 mod cases;
 mod exhaustive;
 mod next;

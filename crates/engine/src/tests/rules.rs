@@ -175,13 +175,15 @@ fn quorum_rule_table() {
             3,
             0,
         ),
-        // 2 healthy: remove one -> 1 of 1; but spec.replicas is 2 (the table's), so KCP's
-        // replacement would then join 1 healthy member: 1 of 2, quorum 2.
+        // 2 healthy: remove one -> 1 of 1. spec.replicas is 2 (the table's), so KCP will
+        // replace it, but only after this deletion has finished (it creates no Machine while
+        // one is being deleted): the replacement cannot join before or between its steps. (A
+        // person's deletion still counts it: `a_pending_join_counts_in_every_order`.)
         (
             &[("a", true), ("b", true)],
             "a",
-            false,
-            Reason::PendingJoin,
+            true,
+            Reason::QuorumSafe,
             1,
             1,
             1,
@@ -309,11 +311,18 @@ fn pending_deletions_worst_order() {
         true,
         Reason::QuorumSafe,
     );
-    // With spec.replicas 3, KCP replaces them: its first new member would join a single
-    // healthy member and vote before it is healthy (1 of 2, quorum 2). Deleting b now adds
-    // that risk; after a's replacement has joined it would not.
+    // With spec.replicas 3, KCP replaces them, but only once both deletions have finished
+    // (KCP creates no Machine while one is being deleted): KCP's own deletion of b cannot be
+    // overtaken by the replacement. A person's can (KCP may be scaling up meanwhile): with
+    // voting joins, the first new member would join a single healthy member and vote before
+    // it is healthy (1 of 2, quorum 2).
     c.kcp.replicas = 3;
-    let v = delete(&c, "b", &kcp_controller());
+    assert_verdict(
+        &delete(&c, "b", &kcp_controller()),
+        true,
+        Reason::QuorumSafe,
+    );
+    let v = delete(&c, "b", &human());
     assert_verdict(&v, false, Reason::PendingJoin);
     assert!(
         v.message.contains("Machine a"),
@@ -336,13 +345,42 @@ fn a_pending_join_counts_in_every_order() {
             ("d", down()),
         ],
     );
-    let v = delete(&c, "a", &kcp_controller());
+    // A person's deletion: KCP may be adding the fifth member at the same moment.
+    let v = delete(&c, "a", &human());
     assert_verdict(&v, false, Reason::PendingJoin);
     assert!(
         v.message.contains("fewer than spec.replicas 5"),
         "{}",
         v.message
     );
+    assert!(
+        v.message
+            .contains("Joins here add a voting member (voting (kubeadm v1.28.0"),
+        "{}",
+        v.message
+    );
+    // KCP's own deletion of a (a remediation): KCP remediates before it scales up and creates
+    // no Machine while one is being deleted, so the fifth member comes after a has gone (and
+    // its preflight then waits for d). Safe alone: 2 healthy of 3.
+    assert_verdict(
+        &delete(&c, "a", &kcp_controller()),
+        true,
+        Reason::QuorumSafe,
+    );
+    // With learner joins the fifth member does not vote before etcd promotes it in sync:
+    // no join raises the quorum, for anyone.
+    c.kcp.version = Some("v1.32.0".into());
+    assert_verdict(
+        &delete(&c, "a", &human()),
+        false,
+        Reason::BelowDesiredReplicas,
+    );
+    assert_verdict(
+        &delete(&c, "a", &kcp_controller()),
+        true,
+        Reason::QuorumSafe,
+    );
+    c.kcp.version = Some("v1.28.0".into());
     assert!(
         v.message.contains("voting 4, healthy 2, quorum 3"),
         "{}",

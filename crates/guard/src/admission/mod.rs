@@ -215,10 +215,10 @@ impl Webhook {
             ),
         };
         let key = (d.namespace.clone(), kcp_name);
-        // A review that may reserve (a Machine deletion or a scale-up, not a dry run) decides
-        // under the lock, so that the next review sees its reservation; the others decide after
-        // releasing it: under concurrent load, a lock held through every decision made the
-        // server threads wait on each other.
+        // A review that may reserve (a Machine deletion or a replica change, not a dry run)
+        // decides under the lock, so that the next review sees its reservation; the others
+        // decide after releasing it: under concurrent load, a lock held through every decision
+        // made the server threads wait on each other.
         let reserving = !d.dry_run
             && match &ask {
                 Ask::Delete(_) => true,
@@ -226,7 +226,7 @@ impl Webhook {
                     replicas_from,
                     replicas_to,
                     ..
-                }) => replicas_to > replicas_from,
+                }) => replicas_to != replicas_from,
                 Ask::Update(_) => false,
             };
         let mut reservations = self.reservations.lock().unwrap_or_else(|e| e.into_inner());
@@ -279,10 +279,14 @@ impl Webhook {
                     reservations.reserve(key.clone(), (*m).clone(), now, &self.state);
                 }
                 // A scale-up is reserved too: deletions judged next must count its new member.
-                Ask::Update(Operation::UpdateKcp { replicas_to, .. })
-                    if !verdict.reason.is_unconditional() =>
-                {
-                    reservations.reserve_replicas(key.clone(), *replicas_to, now);
+                // A change to fewer replicas, however it was allowed, ends such a reservation
+                // once the cache shows it.
+                Ask::Update(Operation::UpdateKcp {
+                    replicas_from,
+                    replicas_to,
+                    ..
+                }) if replicas_to < replicas_from || !verdict.reason.is_unconditional() => {
+                    reservations.reserve_replicas(key.clone(), *replicas_from, *replicas_to, now);
                 }
                 _ => {}
             }

@@ -143,16 +143,13 @@ pub fn kcp_from_parts(p: &ObjectParts) -> Result<CapiKcp, CapiError> {
             })?,
     };
     let kcp_version = optional_str(p.spec.version.as_ref(), &object, "spec.version")?;
-    let etcd = if p
-        .spec
-        .kubeadm_config_spec
-        .as_deref()
-        .is_some_and(external_etcd)
-    {
+    let kubeadm = p.spec.kubeadm_config_spec.as_deref().map(kubeadm_etcd);
+    let etcd = if kubeadm.as_ref().is_some_and(|k| k.external) {
         EtcdTopology::External
     } else {
         EtcdTopology::Stacked
     };
+    let etcd_learner_mode = kubeadm.and_then(|k| k.learner_mode);
     let (surge_root, surge_path, surge_field): (_, &[&str], &'static str) = match version {
         ApiVersion::V1Beta2 => (
             &p.spec.rollout,
@@ -191,6 +188,7 @@ pub fn kcp_from_parts(p: &ObjectParts) -> Result<CapiKcp, CapiError> {
         max_surge,
         deleting: meta.deletion_timestamp.is_some(),
         version: kcp_version,
+        etcd_learner_mode,
     };
     Ok(CapiKcp {
         object,
@@ -201,8 +199,16 @@ pub fn kcp_from_parts(p: &ObjectParts) -> Result<CapiKcp, CapiError> {
     })
 }
 
-/// Whether `spec.kubeadmConfigSpec.clusterConfiguration.etcd.external` is set (not null).
-fn external_etcd(kubeadm_config_spec: &RawValue) -> bool {
+/// What the rules read of `spec.kubeadmConfigSpec.clusterConfiguration`.
+struct KubeadmEtcd {
+    /// `etcd.external` is set (not null).
+    external: bool,
+    /// `featureGates.EtcdLearnerMode`, where set: with `spec.version` it decides whether a
+    /// join adds a learner or a voting member (`crate::engine::joins`).
+    learner_mode: Option<bool>,
+}
+
+fn kubeadm_etcd(kubeadm_config_spec: &RawValue) -> KubeadmEtcd {
     #[derive(Default, Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct KubeadmConfigSpec {
@@ -210,17 +216,38 @@ fn external_etcd(kubeadm_config_spec: &RawValue) -> bool {
         cluster_configuration: ClusterConfiguration,
     }
     #[derive(Default, Deserialize)]
+    #[serde(rename_all = "camelCase")]
     struct ClusterConfiguration {
         #[serde(default, deserialize_with = "lenient")]
         etcd: Etcd,
+        #[serde(default, deserialize_with = "lenient")]
+        feature_gates: FeatureGates,
     }
     #[derive(Default, Deserialize)]
     struct Etcd {
         external: Option<IgnoredAny>,
     }
+    #[derive(Default, Deserialize)]
+    struct FeatureGates {
+        /// A bool as kubeadm reads it; anything else is as if unset.
+        #[serde(rename = "EtcdLearnerMode", default)]
+        etcd_learner_mode: Option<Value>,
+    }
     let mut d = serde_json::Deserializer::from_str(kubeadm_config_spec.get());
-    lenient::<_, KubeadmConfigSpec>(&mut d)
-        .is_ok_and(|k| k.cluster_configuration.etcd.external.is_some())
+    match lenient::<_, KubeadmConfigSpec>(&mut d) {
+        Ok(k) => KubeadmEtcd {
+            external: k.cluster_configuration.etcd.external.is_some(),
+            learner_mode: k
+                .cluster_configuration
+                .feature_gates
+                .etcd_learner_mode
+                .and_then(|v| v.as_bool()),
+        },
+        Err(_) => KubeadmEtcd {
+            external: false,
+            learner_mode: None,
+        },
+    }
 }
 
 /// Whether a KCP UPDATE from `old` to `new` makes KCP roll out new Machines: it changes the

@@ -311,6 +311,29 @@ fn kcp_external_etcd_deleting_and_bad_replicas() {
 }
 
 #[test]
+fn kcp_etcd_learner_mode_gate_where_set() {
+    let gate = |g: serde_json::Value| {
+        kcp_from_value(&kcp(
+            "v1beta2",
+            json!({"replicas": 3, "version": "v1.30.1", "kubeadmConfigSpec": {"clusterConfiguration": {"featureGates": g}}}),
+        ))
+        .unwrap()
+        .etcd_learner_mode
+    };
+    assert_eq!(gate(json!({"EtcdLearnerMode": false})), Some(false));
+    assert_eq!(
+        gate(json!({"EtcdLearnerMode": true, "Other": true})),
+        Some(true)
+    );
+    assert_eq!(gate(json!({"Other": true})), None);
+    assert_eq!(gate(json!({"EtcdLearnerMode": "yes"})), None);
+    assert_eq!(gate(json!(null)), None);
+    let k = kcp_from_value(&kcp("v1beta2", json!({"replicas": 3}))).unwrap();
+    assert_eq!(k.etcd_learner_mode, None);
+    assert_eq!(k.etcd, EtcdTopology::Stacked);
+}
+
+#[test]
 fn kcp_cluster_from_owner_reference() {
     let mut v = kcp("v1beta2", json!({}));
     v["metadata"]["labels"] = json!({});

@@ -84,7 +84,9 @@ pub struct DumpArgs {
     /// List), multi-document YAML, or JSON; v1beta2 or v1beta1.
     #[arg(long, value_name = "FILE", env = "QUORUMGUARD_OBJECTS")]
     pub objects: PathBuf,
-    /// `etcdctl member list -w json`.
+    /// `etcdctl member list -w json`. Empty, or etcdctl's error, when etcdctl failed (etcdctl
+    /// 3.5 fails it without a leader): the member list is then unknown, and the endpoint status
+    /// says what was seen instead.
     #[arg(long, value_name = "FILE", env = "QUORUMGUARD_MEMBER_LIST")]
     pub member_list: PathBuf,
     /// `etcdctl endpoint status --cluster -w json`: leader, version, DB size, raft index, errors.

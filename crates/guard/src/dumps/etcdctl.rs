@@ -234,6 +234,95 @@ pub fn parse_member_list(text: &str) -> Result<Vec<Member>, EtcdctlError> {
         .collect())
 }
 
+/// What a member list dump holds when `etcdctl member list` failed: nothing (etcdctl prints its
+/// error on stderr only) or its error text (`2>&1`: etcd-client's JSON log lines and an
+/// `Error: ...` line). `None` when the text is something else (then it is parsed, and a wrong
+/// shape is an input error).
+///
+/// etcdctl 3.5 and later ask for a linearizable member list (`MemberListRequest.Linearizable`,
+/// clientv3 `cluster.MemberList`), which the member asked serves only through its leader: with
+/// quorum lost or during an election it fails ("context deadline exceeded"). etcdctl 3.4 asked for
+/// the member's own view, which etcd answers without a leader. Seen on etcd 3.5.1 with 2 of 3
+/// members killed: etcdctl 3.5.1 fails, etcdctl 3.4.23 lists the three members.
+pub fn failed_member_list(text: &str) -> Option<String> {
+    let trimmed = text.trim_start_matches('\u{feff}').trim();
+    if trimmed.is_empty() {
+        return Some("the dump is empty, etcdctl printed none".to_string());
+    }
+    if trimmed.starts_with('{') && !trimmed.contains("\"level\"") {
+        return None;
+    }
+    let error = trimmed
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix("Error:"))?;
+    Some(format!("etcdctl failed: {:?}", error.trim()))
+}
+
+/// What `endpoint status` says when there is no member list: how many endpoints answered, with
+/// which etcd versions, and whether any knows a leader, as a sentence that claims nothing the
+/// entries do not show.
+pub fn endpoints_seen(status: Option<&[EndpointStatus]>) -> String {
+    let Some(status) = status else {
+        return "no endpoint status dump to say more".to_string();
+    };
+    if status.is_empty() {
+        return "no endpoint answered its status".to_string();
+    }
+    let mut versions: Vec<&str> = status.iter().filter_map(|s| s.version.as_deref()).collect();
+    versions.sort_unstable();
+    versions.dedup();
+    let versions = if versions.is_empty() {
+        String::new()
+    } else {
+        format!(" (etcd {})", versions.join(", "))
+    };
+    let answered = status.len();
+    let members = if answered == 1 {
+        "member answers its"
+    } else {
+        "members answer their"
+    };
+    let with_leader: Vec<&EndpointStatus> = status.iter().filter(|s| s.leader.is_some()).collect();
+    let mut errors: Vec<&str> = status
+        .iter()
+        .flat_map(|s| s.errors.iter())
+        .map(|e| e.trim())
+        .filter(|e| !e.is_empty() && parse_alarm(e).is_none())
+        .collect();
+    errors.sort_unstable();
+    errors.dedup();
+    let errors = if errors.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", {} {}",
+            if errors.len() == 1 { "error" } else { "errors" },
+            errors
+                .iter()
+                .map(|e| format!("{e:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    if with_leader.is_empty() {
+        format!("{answered} {members} status{versions}, none has a leader{errors}")
+    } else {
+        let mut leaders: Vec<String> = with_leader
+            .iter()
+            .filter_map(|s| s.leader.map(|l| l.to_string()))
+            .collect();
+        leaders.sort_unstable();
+        leaders.dedup();
+        format!(
+            "{answered} {members} status{versions}, {} of them with leader {}{errors}",
+            with_leader.len(),
+            leaders.join(" or ")
+        )
+    }
+}
+
 /// Parses `etcdctl endpoint status -w json`.
 pub fn parse_endpoint_status(text: &str) -> Result<Vec<EndpointStatus>, EtcdctlError> {
     let entries: Vec<StatusEntryJson> =

@@ -95,9 +95,12 @@ fn a_failed_probe_makes_the_last_snapshot_health_unknown_but_keeps_bad_news() {
     m.is_leader = true;
     let mut full = Member::new(2, "m2");
     full.health = Health::Healthy;
-    full.alarms.push(Alarm::NoSpace);
+    full.alarms.push(Alarm::Corrupt);
+    let mut space = Member::new(3, "m3");
+    space.health = Health::Healthy;
+    space.alarms.push(Alarm::NoSpace);
     let taken = Instant::now();
-    s.set_health("ns", "c1", vec![m, full], taken);
+    s.set_health("ns", "c1", vec![m, full, space], taken);
     assert_eq!(s.probe_error("ns", "c1"), None);
     s.set_probe_error("ns", "c1", "no answer within 1s".into());
     let error = s.probe_error("ns", "c1").expect("error");
@@ -108,16 +111,20 @@ fn a_failed_probe_makes_the_last_snapshot_health_unknown_but_keeps_bad_news() {
     match s.control_plane("ns", "kcp", taken).expect("cp").etcd {
         EtcdState::Observed(snap) => {
             let ids: Vec<u64> = snap.members.iter().map(|m| m.id.0).collect();
-            assert_eq!(ids, [1, 2], "the member list stays");
+            assert_eq!(ids, [1, 2, 3], "the member list stays");
             assert!(snap.members.iter().all(|m| !m.is_leader));
             // Health seen healthy is not known now...
             assert_eq!(snap.members[0].health, Health::Unknown);
-            // ...but a member seen down (here: a NOSPACE alarm, etcd's replicated state) stays
+            // ...but a member seen down (here: a CORRUPT alarm, etcd's replicated state) stays
             // down until a probe sees it healthy (issue 27: a failed probe does not turn bad
             // news into unknown).
-            assert_eq!(snap.members[1].alarms, [Alarm::NoSpace]);
+            assert_eq!(snap.members[1].alarms, [Alarm::Corrupt]);
             assert!(!snap.members[1].effective_health().is_healthy());
             assert_ne!(snap.members[1].effective_health(), Health::Unknown);
+            // A NOSPACE alarm makes no member unhealthy (raft keeps its quorum): its health is
+            // unknown now, and the alarm stands (space is not freed by itself).
+            assert_eq!(snap.members[2].alarms, [Alarm::NoSpace]);
+            assert_eq!(snap.members[2].effective_health(), Health::Unknown);
         }
         other => panic!("{other:?}"),
     }

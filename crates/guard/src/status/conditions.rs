@@ -235,7 +235,7 @@ fn etcd_quorum(
                 one_line(e)
             ),
         )
-    } else if tally.quorum_lost() && !only_space_is_short(&snapshot.members, stale) {
+    } else if tally.quorum_lost() {
         (
             FALSE,
             QuorumReason::QuorumLost,
@@ -321,6 +321,14 @@ impl Findings {
                 )),
                 Health::Healthy => {}
             }
+            // NOSPACE makes no member unhealthy (raft keeps its quorum), but the cluster
+            // refuses every write until space is freed: not a healthy etcd.
+            if m.alarms.contains(&crate::engine::Alarm::NoSpace) {
+                f.unhealthy.push(format!(
+                    "member {name} (id {}) raised a NOSPACE alarm: etcd refuses writes on every member until space is freed (quorum holds)",
+                    m.id
+                ));
+            }
             if m.is_unstarted() {
                 f.mismatch.push(format!(
                     "member {} has been added but has not started",
@@ -378,6 +386,7 @@ fn table(cp: &ControlPlane, snapshot: &EtcdSnapshot, tally: &Tally, stale: bool)
     if stale {
         out.push_str(" (probe too old: health shown as last seen)");
     }
+    out.push_str(&format!("; joins: {}", cp.joins()));
     for m in sorted_members(&snapshot.members) {
         out.push('\n');
         out.push_str(&member_line(cp, m));
@@ -463,28 +472,6 @@ fn sorted_machines(cp: &ControlPlane) -> Vec<&Machine> {
     let mut v: Vec<&Machine> = cp.machines.iter().collect();
     v.sort_by(|a, b| a.name.cmp(&b.name));
     v
-}
-
-/// Whether quorum is lost only by the count of the NOSPACE alarm: counted by what their probes
-/// say, the members that raised it (which still serve reads and raft) keep a quorum. etcd has
-/// not lost quorum then, it refuses writes; saying "quorum lost" would point at a restore from a
-/// snapshot where freeing space is the way out (the next action says `FreeSpace`).
-fn only_space_is_short(members: &[crate::engine::Member], stale: bool) -> bool {
-    let raised = members
-        .iter()
-        .any(|m| m.alarms.contains(&crate::engine::Alarm::NoSpace));
-    if !raised {
-        return false;
-    }
-    let disarmed: Vec<crate::engine::Member> = members
-        .iter()
-        .map(|m| {
-            let mut m = m.clone();
-            m.alarms.retain(|a| *a != crate::engine::Alarm::NoSpace);
-            m
-        })
-        .collect();
-    !Tally::of(&disarmed, stale).quorum_lost()
 }
 
 /// Control characters (newlines in an error text) would break the one-line-per-member table.

@@ -59,7 +59,7 @@ fn healthy_three() {
     assert_eq!(q.last_transition_time, time_of(NOW));
     has_line(
         &q.message,
-        "etcd of KubeadmControlPlane ns/kcp: 3 voting, 3 healthy, quorum 2, fault tolerance 1",
+        "etcd of KubeadmControlPlane ns/kcp: 3 voting, 3 healthy, quorum 2, fault tolerance 1; joins: voting (kubeadm v1.28.0, EtcdLearnerMode off by default before v1.29)",
     );
     has_line(
         &q.message,
@@ -86,7 +86,7 @@ fn one_member_unhealthy() {
     );
     has_line(
         &q.message,
-        "etcd of KubeadmControlPlane ns/kcp: 3 voting, 2 healthy, quorum 2, fault tolerance 0",
+        "etcd of KubeadmControlPlane ns/kcp: 3 voting, 2 healthy, quorum 2, fault tolerance 0; joins: voting (kubeadm v1.28.0, EtcdLearnerMode off by default before v1.29)",
     );
     has_line(
         &q.message,
@@ -109,7 +109,20 @@ fn alarms_and_multiline_errors_stay_on_one_line() {
     assert_cond(&q, "False", "MembersUnhealthy");
     has_line(
         &q.message,
-        "member a (id 1): voting, unhealthy: alarm NOSPACE, leader, version 3.5.16, db 24.0 MiB, raft index 1234, alarms NOSPACE, Machine ns/a (node a)",
+        "member a (id 1): voting, healthy, leader, version 3.5.16, db 24.0 MiB, raft index 1234, alarms NOSPACE, Machine ns/a (node a)",
+    );
+    assert!(
+        q.message.starts_with("member a (id 1) raised a NOSPACE alarm: etcd refuses writes on every member until space is freed (quorum holds)"),
+        "{}",
+        q.message
+    );
+    // CORRUPT: that member's data is wrong, it is unhealthy.
+    members_mut(&mut c)[0].alarms = vec![Alarm::Corrupt];
+    let [q, _] = conds(&c, None);
+    assert_cond(&q, "False", "MembersUnhealthy");
+    has_line(
+        &q.message,
+        "member a (id 1): voting, unhealthy: alarm CORRUPT, leader, version 3.5.16, db 24.0 MiB, raft index 1234, alarms CORRUPT, Machine ns/a (node a)",
     );
     let mut c = three_healthy();
     members_mut(&mut c)[1].health = Health::Unhealthy("first\nsecond".into());
@@ -205,7 +218,7 @@ fn no_fault_tolerance() {
     assert_cond(&q, "False", "NoFaultTolerance");
     has_line(
         &q.message,
-        "etcd of KubeadmControlPlane ns/kcp: 1 voting, 1 healthy, quorum 1, fault tolerance 0",
+        "etcd of KubeadmControlPlane ns/kcp: 1 voting, 1 healthy, quorum 1, fault tolerance 0; joins: voting (kubeadm v1.28.0, EtcdLearnerMode off by default before v1.29)",
     );
     assert_cond(&n, "False", "None");
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::pki::make_pki;
 use super::{
     ELECTION_MS, EtcdCluster, EtcdError, EtcdOptions, HEARTBEAT_MS, MAX_MEMBERS, Node,
-    START_ATTEMPTS, START_WAIT,
+    START_ATTEMPTS, START_WAIT, bin_dir, program,
 };
 
 impl EtcdCluster {
@@ -45,6 +45,17 @@ impl EtcdCluster {
                 members: n,
             });
         }
+        let bin_dir = bin_dir();
+        for tool in ["etcd", "etcdctl"] {
+            if let Some(dir) = &bin_dir
+                && !crate::realapi::executable(&dir.join(tool))
+            {
+                return Err(EtcdError::MissingInBinDir {
+                    tool,
+                    dir: dir.clone(),
+                });
+            }
+        }
         for (tool, package) in [
             ("etcd", "etcd-server"),
             ("etcdctl", "etcd-client"),
@@ -52,6 +63,9 @@ impl EtcdCluster {
             ("timeout", "coreutils"),
             ("kill", "procps"),
         ] {
+            if bin_dir.is_some() && tool.starts_with("etcd") {
+                continue;
+            }
             let found = Command::new("sh")
                 .args(["-c", &format!("command -v {tool}")])
                 .stdout(Stdio::null())
@@ -173,7 +187,7 @@ impl EtcdCluster {
             .map_err(spawn_error)?;
         let log2 = log.try_clone().map_err(spawn_error)?;
         let p = |path: &Path| path.display().to_string();
-        let mut command = Command::new("etcd");
+        let mut command = Command::new(program("etcd"));
         command
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -216,8 +230,8 @@ impl EtcdCluster {
 
     /// Starts a member added with [`EtcdCluster::add_learner`] or [`EtcdCluster::add_member`],
     /// or restarts a killed one (from its data dir), and waits (at most
-    /// [`START_WAIT`]) until its status shows a leader and no errors (a learner refuses
-    /// `endpoint health`).
+    /// [`START_WAIT`]) until its status shows a leader and no errors but alarms (a learner
+    /// refuses `endpoint health`; a member of a cluster with a NOSPACE alarm lists it).
     pub fn start_member(&mut self, i: usize) -> Result<(), EtcdError> {
         self.spawn(i)?;
         let ep = [self.node(i)?.client_url()];
@@ -225,9 +239,7 @@ impl EtcdCluster {
         let mut last = String::new();
         while started.elapsed() < START_WAIT {
             match self.etcdctl(&ep, &["endpoint", "status", "-w", "json"]) {
-                Ok(out) if out.contains("\"leader\":") && !out.contains("\"errors\"") => {
-                    return Ok(());
-                }
+                Ok(out) if has_leader_and_only_alarms(&out) => return Ok(()),
                 Ok(out) => last = out,
                 Err(e) => last = e.to_string(),
             }
@@ -287,6 +299,23 @@ impl EtcdCluster {
             tail: self.logs(),
         })
     }
+}
+
+/// Whether `etcdctl endpoint status -w json` of one member shows a leader and no errors but
+/// the alarms every member repeats (`memberID:<id> alarm:<TYPE> `): "etcdserver: no leader"
+/// while it has not joined, none once it has.
+pub(super) fn has_leader_and_only_alarms(out: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(out) else {
+        return false;
+    };
+    let status = &v[0]["Status"];
+    let leader = status["leader"].as_u64().is_some_and(|l| l != 0);
+    let errors = status["errors"].as_array().map_or(&[][..], Vec::as_slice);
+    leader
+        && errors.iter().all(|e| {
+            e.as_str()
+                .is_some_and(|e| e.starts_with("memberID:") && e.contains(" alarm:"))
+        })
 }
 
 /// A port free on 127.0.0.1 right now.

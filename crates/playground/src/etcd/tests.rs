@@ -49,3 +49,30 @@ fn a_member_that_cannot_start_is_named_with_its_port_and_log() {
         let _ = fs::remove_dir_all(dir);
     }
 }
+
+/// A started member's status as etcdctl prints it: a leader, and no errors but the alarms every
+/// member repeats (a NOSPACE cluster); "no leader" or no leader field means not joined yet.
+#[test]
+fn a_started_member_shows_a_leader_and_no_errors_but_alarms() {
+    let status = |leader: u64, errors: &str| {
+        format!(
+            r#"[{{"Endpoint":"https://127.0.0.1:1","Status":{{"leader":{leader},"raftIndex":9,"errors":[{errors}]}}}}]"#
+        )
+    };
+    let started = start::has_leader_and_only_alarms;
+    assert!(started(&status(7, "")));
+    assert!(started(&status(
+        7,
+        r#""memberID:13441858780612598714 alarm:NOSPACE ","memberID:7 alarm:NOSPACE ""#
+    )));
+    assert!(!started(&status(0, "")));
+    assert!(!started(&status(7, r#""etcdserver: no leader""#)));
+    assert!(!started(&status(
+        7,
+        r#""memberID:7 alarm:NOSPACE ","etcdserver: no leader""#
+    )));
+    assert!(!started(
+        r#"[{"Endpoint":"https://127.0.0.1:1","Status":{"raftIndex":9}}]"#
+    ));
+    assert!(!started("Error: context deadline exceeded"));
+}

@@ -51,10 +51,15 @@ fn or_dash(v: Option<String>) -> String {
     v.unwrap_or_else(|| "-".into())
 }
 
-/// The human-readable report: [`render_header`], [`render_members`], [`render_quorum`], the
+/// The human-readable report: [`render_header`], why etcd's member list is unknown when it is,
+/// [`render_members`], [`render_quorum`], the
 /// verdicts, [`render_next_action`]. `status` prints the same parts, so both read alike.
 pub fn render_text(r: &Report) -> String {
     let mut out = render_header(r);
+    // `status` prints its probe's error instead, just above its member table.
+    if let Some(why) = &r.etcd_unknown {
+        out.push_str(&format!("\netcd: {why}\n"));
+    }
     out.push_str(&render_members(r));
     out.push_str(&render_quorum(r, false));
     for v in &r.verdicts {
@@ -78,13 +83,14 @@ pub fn render_text(r: &Report) -> String {
 pub fn render_header(r: &Report) -> String {
     let cp = &r.control_plane;
     format!(
-        "KubeadmControlPlane {} (Cluster {}): replicas {}, version {}, {} etcd, maxSurge {}{}{}\n",
+        "KubeadmControlPlane {} (Cluster {}): replicas {}, version {}, {} etcd, maxSurge {}, joins: {}{}{}\n",
         cp.kcp,
         cp.cluster,
         cp.replicas,
         cp.version.as_deref().unwrap_or("-"),
         cp.etcd.to_lowercase(),
         cp.max_surge,
+        cp.joins_because,
         if cp.deleting { ", DELETING" } else { "" },
         if cp.cluster_deleting {
             ", Cluster DELETING"
@@ -178,13 +184,18 @@ fn machine_note(name: &str, node: Option<&str>) -> String {
 }
 
 /// `Quorum: voting 3, healthy 2, quorum 2, fault tolerance 0 (...)`; with `members`, the count
-/// of every member (learners included) leads. `Quorum: unknown` without a member list.
+/// of every member (learners included) leads, and `Member add: ...` (etcd's rule for adding a
+/// member, by its version) follows. `Quorum: unknown` without a member list.
 pub fn render_quorum(r: &Report, members: bool) -> String {
     let Some(q) = &r.quorum else {
         return "\nQuorum: unknown (no etcd member list)\n".to_string();
     };
+    let member_add = match &r.member_add {
+        Some(rule) => format!("Member add: {rule}\n"),
+        None => String::new(),
+    };
     format!(
-        "\nQuorum: {}voting {}, healthy {}, quorum {}, fault tolerance {} (unhealthy {}, unknown {}, learners {}){}\n",
+        "\nQuorum: {}voting {}, healthy {}, quorum {}, fault tolerance {} (unhealthy {}, unknown {}, learners {}){}\n{member_add}",
         if members {
             format!("members {}, ", q.members)
         } else {

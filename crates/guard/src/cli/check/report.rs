@@ -18,7 +18,10 @@ use crate::engine::{
 ///   "schema": "quorumguard.io/check/v1",
 ///   "controlPlane": {
 ///     "kcp": "NAMESPACE/NAME", "cluster": "NAME", "replicas": 3, "version": "v1.33.1" | null,
-///     "etcd": "Stacked" | "External", "maxSurge": 1, "deleting": false, "clusterDeleting": false
+///     "etcd": "Stacked" | "External", "maxSurge": 1, "deleting": false, "clusterDeleting": false,
+///     "etcdLearnerMode": true | false | null,   // the kubeadm feature gate, where set
+///     "joins": "Learner" | "Voting",            // how a new member joins (docs/rules.md)
+///     "joinsBecause": "learner (kubeadm v1.32.0)"
 ///   },
 ///   "members": [{                      // as in the member list, with what status/health said
 ///     "name": "cp-node-1",             // "" when the member was added but has not started
@@ -36,7 +39,10 @@ use crate::engine::{
 ///   "machinesWithoutMember": ["demo-control-plane-x7k2p"],
 ///   "quorum": { "members": 3, "voting": 3, "learners": 0, "healthy": 2, "unhealthy": 1,
 ///               "unknown": 0, "quorum": 2, "faultTolerance": 0, "hasQuorum": true },
-///                                      // null only in `status`, when etcd was not observed
+///                                      // null when the member list is unknown
+///   "etcdUnknown": "no member list: ..." | null,   // why, and what was seen instead
+///   "memberAdd": "etcd 3.4.23 adds a member only while every voting member is connected (...)"
+///                | null,              // by the voting members' etcd version; unknown = older rule
 ///   "verdicts": [{                     // one per --what-if, in order
 ///     "whatIf": "delete machine/NAME" | "scale kcp/NAME N", "as": "kubernetes-admin",
 ///     "allowed": false, "reason": "WouldLoseQuorum",   // stable reason codes
@@ -57,10 +63,17 @@ pub struct Report {
     pub members: Vec<MemberOut>,
     pub machines: Vec<MachineOut>,
     pub machines_without_member: Vec<String>,
-    /// `None` (null) when the member list is unknown: `check` always has one (the dump), the
-    /// live `status` may not (its probe failed), and figures of an empty list would read as
-    /// "quorum lost".
+    /// `None` (null) when the member list is unknown: the live `status` when its probe failed,
+    /// `check` when the member list dump holds etcdctl's failure (etcdctl 3.5 fails it without
+    /// a leader); figures of an empty list would read as "quorum lost".
     pub quorum: Option<QuorumOut>,
+    /// Why the member list is unknown, with what was seen instead; `None` (null) when it is
+    /// known.
+    pub etcd_unknown: Option<String>,
+    /// Which check etcd makes before it adds a member, by the etcd version the voting members
+    /// report ([`crate::engine::etcd_version::add_member_rule`]); `None` (null) without a member
+    /// list.
+    pub member_add: Option<String>,
     pub verdicts: Vec<VerdictOut>,
     pub next_action: NextActionOut,
     pub warnings: Vec<String>,
@@ -80,6 +93,9 @@ pub struct ControlPlaneOut {
     pub max_surge: u32,
     pub deleting: bool,
     pub cluster_deleting: bool,
+    pub etcd_learner_mode: Option<bool>,
+    pub joins: &'static str,
+    pub joins_because: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -264,7 +280,10 @@ impl Report {
             .filter(|m| m.member.is_none())
             .map(|m| m.name.clone())
             .collect();
-        let etcd_unknown = matches!(cp.etcd, EtcdState::Unknown { .. });
+        let etcd_unknown = match &cp.etcd {
+            EtcdState::Unknown { reason } => Some(reason.clone()),
+            EtcdState::Observed(_) => None,
+        };
         Report {
             schema: SCHEMA,
             control_plane: ControlPlaneOut {
@@ -279,11 +298,21 @@ impl Report {
                 max_surge: cp.kcp.max_surge,
                 deleting: cp.kcp.deleting,
                 cluster_deleting: cp.cluster.deleting,
+                etcd_learner_mode: cp.kcp.etcd_learner_mode,
+                joins: match cp.join_style() {
+                    crate::engine::JoinStyle::Learner => "Learner",
+                    crate::engine::JoinStyle::Voting => "Voting",
+                },
+                joins_because: cp.joins().to_string(),
             },
             members: members_out,
             machines,
-            machines_without_member: if etcd_unknown { Vec::new() } else { without },
-            quorum: (!etcd_unknown).then(|| QuorumOut {
+            machines_without_member: if etcd_unknown.is_some() {
+                Vec::new()
+            } else {
+                without
+            },
+            quorum: etcd_unknown.is_none().then(|| QuorumOut {
                 members: members.len(),
                 voting: tally.voting(),
                 learners: members.iter().filter(|m| m.is_learner).count(),
@@ -294,6 +323,10 @@ impl Report {
                 fault_tolerance: tolerance(tally.voting(), tally.healthy),
                 has_quorum: tally.has_quorum(),
             }),
+            member_add: etcd_unknown
+                .is_none()
+                .then(|| crate::engine::etcd_version::add_member_rule(members).describe()),
+            etcd_unknown,
             verdicts,
             next_action: NextActionOut::from(next),
             warnings,
