@@ -28,9 +28,12 @@ use support::https::TempDir;
 async fn play(name: &str, dir: &Path) -> (Arc<World>, Timeline) {
     let scenario = scenarios::find(name).expect("a scenario of that name");
     let world = Arc::new(
-        World::start(scenario.options(WorldOptions::new(dir.to_path_buf())), |_| {})
-            .await
-            .expect("the playground starts"),
+        World::start(
+            scenario.options(WorldOptions::new(dir.to_path_buf())),
+            |_| {},
+        )
+        .await
+        .expect("the playground starts"),
     );
     let tl = Timeline::new(Sink::Memory);
     let started = Instant::now();
@@ -192,7 +195,10 @@ fn remediating_the_second_machine_converges_with_learner_joins() {
             .expect("remediate-second ends within 240 s");
         let text = tl.text();
         let (_, version) = world.kcp_spec();
-        assert_eq!(version, NEW_VERSION, "a v1.32 KCP: kubeadm joins with a learner");
+        assert_eq!(
+            version, NEW_VERSION,
+            "a v1.32 KCP: kubeadm joins with a learner"
+        );
         // KCP's deletion of m2, as the webhook judged it: allowed, once.
         let calls = world.webhooks.calls();
         let kcp_deletes: Vec<_> = calls
@@ -230,7 +236,10 @@ fn remediating_the_second_machine_converges_with_learner_joins() {
                 .is_some_and(|q| q.message.contains("3 voting, 3 healthy")),
             "{c:?}"
         );
-        println!("remediate-second with its checks: {:.1}s", started.elapsed().as_secs_f64());
+        println!(
+            "remediate-second with its checks: {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
         world.shutdown().await;
     });
 }

@@ -32,10 +32,7 @@ use crate::world::{MACHINE_CONTROLLER, NAMESPACE, World, WorldError, kcp_control
 /// The first Kubernetes minor whose `kubeadm join` always adds a learner (`EtcdLearnerMode` GA).
 const LEARNER_JOIN_GA_MINOR: u32 = 32;
 
-pub(super) async fn remediate_second(
-    world: &Arc<World>,
-    tl: &Timeline,
-) -> Result<(), WorldError> {
+pub(super) async fn remediate_second(world: &Arc<World>, tl: &Timeline) -> Result<(), WorldError> {
     let names: Vec<String> = world.machines().into_iter().map(|m| m.name).collect();
     let (replicas, version) = world.kcp_spec();
     let [m1, m2] = names.as_slice() else {
@@ -50,7 +47,10 @@ pub(super) async fn remediate_second(
         )));
     }
     // Two voting members: quorum 2, no fault tolerance.
-    if published(world, tl, ("NoFaultTolerance", None, None)).await.is_none() {
+    if published(world, tl, ("NoFaultTolerance", None, None))
+        .await
+        .is_none()
+    {
         return Ok(());
     }
     etcd_says(world, tl).await;
@@ -128,7 +128,7 @@ pub(super) async fn remediate_second(
         .map(|(_, m)| m)
         .collect();
     let joined = |kind: StepKind, m: &String| kcp.actions.iter().any(|(k, x)| *k == kind && x == m);
-    let minor = minor_of(&version);
+    let minor = crate::engine::joins::minor_of(&version);
     tl.check(
         format!(
             "each new Machine joined as a learner and was promoted (kubeadm {version}: learner joins from v1.{LEARNER_JOIN_GA_MINOR})"
@@ -203,10 +203,4 @@ fn leader_id(e: &EtcdCluster) -> Result<u64, EtcdError> {
         what: "endpoint status",
         why: format!("no member names a leader: {last}"),
     })
-}
-
-/// The minor of a Kubernetes version ("v1.32.0" -> 32).
-fn minor_of(version: &str) -> Option<u32> {
-    let rest = version.trim_start_matches('v').strip_prefix("1.")?;
-    rest.split('.').next()?.parse().ok()
 }
