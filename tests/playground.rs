@@ -23,12 +23,17 @@ use quorumguard::playground::timeline::{Sink, Timeline};
 use quorumguard::playground::world::{KCP, NEW_VERSION, World, WorldOptions, kcp_controller};
 use support::https::TempDir;
 
-/// Runs scenario `name` in a fresh world; returns it (still running) and the timeline.
+/// Runs scenario `name` in a fresh world, seeded as the scenario starts; returns it (still
+/// running) and the timeline.
 async fn play(name: &str, dir: &Path) -> (Arc<World>, Timeline) {
+    let scenario = scenarios::find(name).expect("a scenario of that name");
     let world = Arc::new(
-        World::start(WorldOptions::new(dir.to_path_buf()), |_| {})
-            .await
-            .expect("the playground starts"),
+        World::start(
+            scenario.options(WorldOptions::new(dir.to_path_buf())),
+            |_| {},
+        )
+        .await
+        .expect("the playground starts"),
     );
     let tl = Timeline::new(Sink::Memory);
     let started = Instant::now();
@@ -171,6 +176,70 @@ fn scaling_with_a_member_down_waits_for_it() {
         assert!(!learner);
         let c = world.conditions();
         assert_eq!((c.quorum_reason(), c.action()), ("Healthy", "None"));
+        world.shutdown().await;
+    });
+}
+
+/// Cluster API's `TestReconcileUnhealthyMachinesSequences`, "Remediates the second CP machine
+/// having problems to come up", with the guard on: KCP's deletion of the second Machine is
+/// allowed, and KCP scales up with learner joins until 3 healthy voting members.
+#[test]
+fn remediating_the_second_machine_converges_with_learner_joins() {
+    let _slot = support::etcd::slot();
+    support::etcd::runtime().block_on(async {
+        let dir = TempDir::new("pg-remediate");
+        let started = Instant::now();
+        let story = play("remediate-second", dir.path());
+        let (world, tl) = tokio::time::timeout(Duration::from_secs(240), story)
+            .await
+            .expect("remediate-second ends within 240 s");
+        let text = tl.text();
+        let (_, version) = world.kcp_spec();
+        assert_eq!(
+            version, NEW_VERSION,
+            "a v1.32 KCP: kubeadm joins with a learner"
+        );
+        // KCP's deletion of m2, as the webhook judged it: allowed, once.
+        let calls = world.webhooks.calls();
+        let kcp_deletes: Vec<_> = calls
+            .iter()
+            .filter(|c| c.resource == "machines" && c.user == kcp_controller())
+            .collect();
+        assert_eq!(kcp_deletes.len(), 1, "one deletion by KCP: {kcp_deletes:?}");
+        let m2 = kcp_deletes[0].name.clone();
+        assert!(kcp_deletes[0].allowed, "{:?}", kcp_deletes[0]);
+        let reason = kcp_deletes[0].reason.as_deref().unwrap_or_default();
+        assert!(
+            !reason.is_empty() && reason != "PendingJoin",
+            "the allow says why: {:?}",
+            kcp_deletes[0]
+        );
+        // The joins: two learners added and promoted.
+        assert_eq!(
+            text.matches("joins etcd as a learner").count(),
+            2,
+            "two learner joins:\n{text}"
+        );
+        assert_eq!(text.matches("is promoted to a voting member").count(), 2);
+        // The end: 3 Machines, m2 gone, etcd's members exactly their nodes, all voting.
+        let names = machine_names(&world);
+        assert_eq!(names.len(), 3, "{names:?}");
+        assert!(!names.contains(&m2), "{m2} is gone: {names:?}");
+        let (members, learner) = members(&world).await;
+        assert_eq!(members, names);
+        assert!(!learner, "no learner left");
+        let c = world.conditions();
+        assert_eq!((c.quorum_reason(), c.action()), ("Healthy", "None"));
+        assert!(
+            c.quorum
+                .as_ref()
+                .is_some_and(|q| q.message.contains("3 voting, 3 healthy")),
+            "{c:?}"
+        );
+        println!(
+            "remediate-second with its checks: {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
         world.shutdown().await;
     });
 }

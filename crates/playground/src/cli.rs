@@ -120,11 +120,11 @@ pub fn run(args: &PlaygroundArgs) -> anyhow::Result<ExitCode> {
         } else {
             tl.plain("quorumguard playground: interactive (--keep)\n");
         }
-        let options = WorldOptions {
+        let options = scenario.options(WorldOptions {
             probe_interval: args.probe_interval,
             real_api,
             ..WorldOptions::new(dir.clone())
-        };
+        });
         let world = tokio::select! {
             w = start(options, &tl) => Arc::new(w?),
             _ = quorumguard_guard::cli::serve::terminated() => {
@@ -198,6 +198,8 @@ fn real_api_plan(args: &PlaygroundArgs) -> anyhow::Result<Option<RealApiPlan>> {
 }
 
 async fn start(options: WorldOptions, tl: &Timeline) -> anyhow::Result<World> {
+    let machines = options.members;
+    let replicas = options.replicas.unwrap_or(machines);
     let progress = std::sync::Mutex::new(None);
     let world = World::start(options, |what| {
         let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
@@ -217,7 +219,7 @@ async fn start(options: WorldOptions, tl: &Timeline) -> anyhow::Result<World> {
         tl.event(
             "setup",
             &format!(
-                "ready: etcd {endpoints}\nkube-apiserver {} (real, started for this run) holds Cluster {NAMESPACE}/{CLUSTER}, KubeadmControlPlane {KCP} (3 replicas) and 3 Machines\nquorumguard webhook https://{webhook} (registered from manifests/core/validatingwebhookconfiguration.yaml; kube-apiserver calls it through a recording relay), metrics http://{admin}/metrics",
+                "ready: etcd {endpoints}\nkube-apiserver {} (real, started for this run) holds Cluster {NAMESPACE}/{CLUSTER}, KubeadmControlPlane {KCP} ({replicas} replicas) and {machines} Machines\nquorumguard webhook https://{webhook} (registered from manifests/core/validatingwebhookconfiguration.yaml; kube-apiserver calls it through a recording relay), metrics http://{admin}/metrics",
                 world.api.url()
             ),
         );
@@ -226,7 +228,7 @@ async fn start(options: WorldOptions, tl: &Timeline) -> anyhow::Result<World> {
     tl.event(
         "setup",
         &format!(
-            "ready: etcd {endpoints}\nAPI-server stand-in {} holds Cluster {NAMESPACE}/{CLUSTER}, KubeadmControlPlane {KCP} (3 replicas) and 3 Machines\nquorumguard webhook https://{webhook} (called by the stand-in from manifests/core/validatingwebhookconfiguration.yaml), metrics http://{admin}/metrics",
+            "ready: etcd {endpoints}\nAPI-server stand-in {} holds Cluster {NAMESPACE}/{CLUSTER}, KubeadmControlPlane {KCP} ({replicas} replicas) and {machines} Machines\nquorumguard webhook https://{webhook} (called by the stand-in from manifests/core/validatingwebhookconfiguration.yaml), metrics http://{admin}/metrics",
             world.api.url()
         ),
     );

@@ -4,15 +4,18 @@
 //! final etcd membership. Nothing in the output is made up: every verdict is an HTTPS call to
 //! the running webhook, every condition is read back from the KCP, every membership from etcd.
 //!
-//! This file holds the list of scenarios and [`run`]; the rest, one file each under
-//! `scenarios/`:
+//! This file holds the list of scenarios, the control plane each starts from, and [`run`]; the
+//! rest, one file each under `scenarios/`:
 //! - `stories.rs`: the stories themselves, step by step.
+//! - `remediate.rs`: `remediate-second`, Cluster API's own remediation of a second Machine that
+//!   failed to come up.
 //! - `steps.rs`: the steps they share: settling, driving the KCP controller, a person's kubectl,
 //!   the final membership check.
 //! - `wait.rs`: waiting for quorumguard to publish what a step should lead to, as an
 //!   expectation.
 //! - `show.rs`: what the timeline shows: webhook calls, published conditions, etcd's members.
 
+mod remediate;
 mod show;
 mod steps;
 mod stories;
@@ -23,7 +26,8 @@ use std::time::Duration;
 
 use super::timeline::Timeline;
 use super::truth::Truth;
-use super::world::{World, WorldError};
+use super::world::{NEW_VERSION, OLD_VERSION, World, WorldError, WorldOptions};
+use remediate::remediate_second;
 use stories::{scale_with_member_down, unsafe_manual_delete, upgrade_stuck};
 
 pub use show::{print_admissions, print_call, show_status, watch};
@@ -34,21 +38,63 @@ pub struct Scenario {
     pub name: &'static str,
     /// One line for `--list`.
     pub summary: &'static str,
+    /// The control plane it starts from.
+    pub start: Seeded,
+}
+
+/// The control plane a world is seeded with for a scenario: etcd members (one Machine each),
+/// the KCP's `spec.replicas` and the version of the KCP and its Machines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seeded {
+    pub members: usize,
+    pub replicas: usize,
+    pub version: &'static str,
+}
+
+/// Three healthy members, three Machines, three replicas, at [`OLD_VERSION`].
+pub const THREE: Seeded = Seeded {
+    members: 3,
+    replicas: 3,
+    version: OLD_VERSION,
+};
+
+impl Scenario {
+    /// `options` with the world this scenario starts from.
+    pub fn options(&self, options: WorldOptions) -> WorldOptions {
+        WorldOptions {
+            members: self.start.members,
+            replicas: Some(self.start.replicas),
+            version: self.start.version,
+            ..options
+        }
+    }
 }
 
 /// Every scenario, the default first.
-pub const SCENARIOS: [Scenario; 3] = [
+pub const SCENARIOS: [Scenario; 4] = [
     Scenario {
         name: "upgrade-stuck",
         summary: "cluster-api #2651: a KCP v0.3-style rollout loses leader election between removing an etcd member and deleting its Machine; quorumguard names the way out and the rollout completes",
+        start: THREE,
     },
     Scenario {
         name: "unsafe-manual-delete",
         summary: "one etcd member is frozen (SIGSTOP); a person deleting a healthy Machine is denied and pointed at remediation, which is allowed and converges",
+        start: THREE,
     },
     Scenario {
         name: "scale-with-member-down",
         summary: "scaling 3 -> 5 with one member down is denied; once the member is back it is allowed and KCP scales to 5",
+        start: THREE,
+    },
+    Scenario {
+        name: "remediate-second",
+        summary: "cluster-api's TestReconcileUnhealthyMachinesSequences: the second Machine of a 3-replica v1.32 control plane failed to come up; KCP remediates it (its deletion allowed), then scales up with learner joins to 3 healthy members",
+        start: Seeded {
+            members: 2,
+            replicas: 3,
+            version: NEW_VERSION,
+        },
     },
 ];
 
@@ -77,6 +123,7 @@ pub async fn run(world: Arc<World>, tl: &Timeline, name: &str) -> Result<(), Wor
         "upgrade-stuck" => upgrade_stuck(&world, tl).await,
         "unsafe-manual-delete" => unsafe_manual_delete(&world, tl).await,
         "scale-with-member-down" => scale_with_member_down(&world, tl).await,
+        "remediate-second" => remediate_second(&world, tl).await,
         other => Err(WorldError::Other(format!("no scenario named {other:?}"))),
     };
     watcher.abort();

@@ -89,7 +89,8 @@ pub const CLUSTER: &str = "demo";
 pub const KCP: &str = "demo-control-plane";
 /// The Kubernetes version the control plane starts with.
 pub const OLD_VERSION: &str = "v1.31.4";
-/// The version `upgrade-stuck` rolls out.
+/// The version `upgrade-stuck` rolls out, and the one `remediate-second` runs (kubeadm's learner
+/// joins are GA from v1.32).
 pub const NEW_VERSION: &str = "v1.32.0";
 /// The person at kubectl (kubeadm's admin user).
 pub const HUMAN: &str = "kubernetes-admin";
@@ -172,8 +173,12 @@ pub struct WorldOptions {
     pub serve: ServeMode,
     /// Run on a real kube-apiserver instead of the stand-in (`None`: the stand-in).
     pub real_api: Option<RealApiPlan>,
-    /// etcd members, and as many Machines and KCP replicas: 1 to [`MAX_SEEDED`] (default 3).
+    /// etcd members, and as many Machines: 1 to [`MAX_SEEDED`] (default 3).
     pub members: usize,
+    /// The KCP's `spec.replicas` (`None`: as many as [`WorldOptions::members`]).
+    pub replicas: Option<usize>,
+    /// The KCP's `spec.version` and the seeded Machines' (default [`OLD_VERSION`]).
+    pub version: &'static str,
 }
 
 /// The most members (and Machines) a world starts with.
@@ -197,6 +202,8 @@ impl WorldOptions {
             serve: ServeMode::InProcess,
             real_api: None,
             members: 3,
+            replicas: None,
+            version: OLD_VERSION,
         }
     }
 }
@@ -321,7 +328,8 @@ impl World {
                 start_real(plan, &options.dir).await?
             }
         };
-        seed(&api, &etcd, &names).await?;
+        let replicas = options.replicas.unwrap_or(n);
+        seed(&api, &etcd, &names, replicas, options.version).await?;
         let seeded = tokio::time::Instant::now();
 
         step("starting quorumguard serve (webhook, prober, status publisher)");

@@ -71,11 +71,14 @@ async fn store(
 /// a member `--join-grace` before calling it broken).
 const SEEDED_AGE_SECS: i64 = 90 * 24 * 3600;
 
-/// Seeds the Cluster, the KCP, one Machine per member and the etcd CA Secret.
+/// Seeds the Cluster, the KCP (`replicas`, `version`), one Machine per member (`version`) and
+/// the etcd CA Secret.
 pub(super) async fn seed(
     api: &Backend,
     etcd: &EtcdCluster,
     names: &[String],
+    replicas: usize,
+    version: &str,
 ) -> Result<(), WorldError> {
     let created = k8s_openapi::jiff::Timestamp::from_second(crate::unix_now() - SEEDED_AGE_SECS)
         .map(|t| t.to_string())
@@ -118,8 +121,8 @@ pub(super) async fn seed(
             "generation": 1,
         },
         "spec": {
-            "replicas": names.len(),
-            "version": OLD_VERSION,
+            "replicas": replicas,
+            "version": version,
             "kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"local": {"dataDir": "/var/lib/etcd"}}}},
             "machineTemplate": {"spec": {"infrastructureRef": {
                 "apiGroup": "infrastructure.cluster.x-k8s.io",
@@ -133,7 +136,7 @@ pub(super) async fn seed(
     store(api, &kcp_resource(), &what, kcp).await?;
     let kcp_uid = kcp_uid(api);
     for name in names {
-        let mut machine = machine_object(name, OLD_VERSION, &kcp_uid);
+        let mut machine = machine_object(name, version, &kcp_uid);
         machine["metadata"]["creationTimestamp"] = json!(created);
         machine["status"] = json!({"nodeRef": {"name": name}, "phase": "Running"});
         let what = format!("Machine {NAMESPACE}/{name}");
