@@ -564,10 +564,9 @@ fn nospace_alarm_attaches_to_the_member_it_names() {
     for m in &alarmed {
         assert_eq!(m.alarms, [Alarm::NoSpace]);
         assert!(listed.iter().any(|(id, _, _)| *id == m.id.0));
-        assert_eq!(
-            m.effective_health(),
-            Health::Unhealthy("alarm NOSPACE".to_string())
-        );
+        // NOSPACE stops writes, not raft: the member stays healthy for the quorum rules
+        // (docs/rules.md, what NOSPACE does).
+        assert_eq!(m.effective_health(), Health::Healthy);
     }
     // Every member repeats the alarm in its status errors; that does not make it unhealthy.
     for m in p.members.iter().filter(|m| m.alarms.is_empty()) {
@@ -642,8 +641,10 @@ fn nospace_keeps_quorum_and_membership() {
     let endpoints = cluster.endpoints();
     let (_, follower) = healthy_follower(&rt, &prober, &cluster);
 
-    // Fill through one member until etcd refuses; then a write through each member, which
-    // each refuses over its own quota and so raises its own alarm: NOSPACE on every member.
+    // Fill through one member until etcd refuses; then a write through each member, which each
+    // refuses (over its own quota, raising its own alarm, or under the alarm already raised:
+    // which of the two depends on each member's backend size then, so the alarm is on one to
+    // three members).
     let blob = "x".repeat(100_000);
     let mut refused = None;
     for i in 0..40 {
@@ -661,17 +662,21 @@ fn nospace_keeps_quorum_and_membership() {
             .expect_err("a write under NOSPACE");
         assert!(e.contains(NOSPACE_ERROR), "{ep}: {e}");
     }
-    let p = probe_until(&rt, &prober, &endpoints, "NOSPACE on every member", |p| {
-        p.members.iter().all(|m| m.alarms.contains(&Alarm::NoSpace))
+    let p = probe_until(&rt, &prober, &endpoints, "a NOSPACE alarm", |p| {
+        p.members.iter().any(|m| m.alarms.contains(&Alarm::NoSpace))
     });
     eprintln!("{}", show(&p));
 
-    // The probe: every member answers (status and a linearizable read), one leader, the alarm
-    // on each member.
+    // The probe: every member answers (status and a linearizable read), one leader, the
+    // members that raised the alarm carry it, and no other alarm.
     assert_eq!(p.members.len(), 3);
     for m in &p.members {
         assert_eq!(m.health, Health::Healthy, "{}", show(&p));
-        assert_eq!(m.alarms, [Alarm::NoSpace], "{}", show(&p));
+        assert!(
+            m.alarms.iter().all(|a| *a == Alarm::NoSpace),
+            "{}",
+            show(&p)
+        );
     }
     assert_eq!(p.members.iter().filter(|m| m.is_leader).count(), 1);
 

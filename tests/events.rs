@@ -389,18 +389,17 @@ async fn each_requester_denied_on_one_machine_has_an_event_with_their_message() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_different_kcp_denials_are_two_events() {
     let g = Guard::start().await;
-    // cp-c is down: growing the control plane would add unhealthy voting members.
-    g.health(&[("a", true), ("b", true), ("c", false)]);
+    // cp-b and cp-c are down: etcd has lost quorum, and no member can be added (the KCP is
+    // v1.32: joins add learners, so one member down alone would not refuse a scale-up).
+    g.health(&[("a", true), ("b", false), ("c", false)]);
     let by_scale = replicas_review(3, 5, JANE, true, "uid-scale");
     let by_patch = replicas_review(3, 7, JANE, false, "uid-patch");
-    let to_scale = g.denied(KCPS, &by_scale, "ScaleUpWouldLoseQuorum").await;
-    let to_patch = g.denied(KCPS, &by_patch, "ScaleUpWouldLoseQuorum").await;
+    let to_scale = g.denied(KCPS, &by_scale, "QuorumLost").await;
+    let to_patch = g.denied(KCPS, &by_patch, "QuorumLost").await;
     assert_ne!(to_scale, to_patch);
     // The KCP controller, refused the same scale-up: its own Event.
     let by_controller = replicas_review(3, 5, KCP_CONTROLLER, false, "uid-ctl");
-    let to_controller = g
-        .denied(KCPS, &by_controller, "ScaleUpWouldLoseQuorum")
-        .await;
+    let to_controller = g.denied(KCPS, &by_controller, "QuorumLost").await;
     let writes = g.writes(3).await;
     let events = g.events_about("KubeadmControlPlane", "test-controlplane");
     println!("Events about KCP test-controlplane:\n{}", shown(&events));

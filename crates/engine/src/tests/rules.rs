@@ -354,8 +354,7 @@ fn a_pending_join_counts_in_every_order() {
         v.message
     );
     assert!(
-        v.message
-            .contains("Joins here are voting (kubeadm v1.28.0"),
+        v.message.contains("Joins here are voting (kubeadm v1.28.0"),
         "{}",
         v.message
     );
