@@ -176,7 +176,7 @@ impl Member {
     /// CORRUPT alarm makes a member unfit whatever its endpoint answers (its data is wrong). A
     /// NOSPACE alarm does not: it stops every member's writes, but raft keeps its quorum, and
     /// members, learners and leadership still change (docs/rules.md, what NOSPACE does); the
-    /// next action frees the space ([`crate::next_action`]'s `FreeSpace`).
+    /// next action frees the space ([`crate::next_action()`]'s `FreeSpace`).
     pub fn effective_health(&self) -> Health {
         self.effective_health_ref().to_health()
     }
