@@ -84,7 +84,7 @@ pub const SCENARIOS: [Scenario; 4] = [
     },
     Scenario {
         name: "scale-with-member-down",
-        summary: "scaling 3 -> 5 with one member down is denied; once the member is back it is allowed and KCP scales to 5",
+        summary: "scaling 3 -> 5 with one member down is allowed (v1.31 joins learners, which cannot lose quorum) with a warning that KCP waits for the member; once it is back KCP scales to 5",
         start: THREE,
     },
     Scenario {
