@@ -402,7 +402,10 @@ fn delete_safe_in(world: &BTreeMap<u64, bool>, me: u64, pending: &[u64], join: b
 /// unstarted member or a learner), and another control-plane Machine not being deleted has no
 /// member and was created within the join grace, or those Machines are fewer than
 /// spec.replicas (KCP adds one).
-fn joining(cp: &ControlPlane, m: &Machine, policy: &Policy) -> bool {
+fn joining(cp: &ControlPlane, m: &Machine, who: &Requester, policy: &Policy) -> bool {
+    if learner_joins(cp) {
+        return false;
+    }
     if cp
         .members()
         .iter()
@@ -419,7 +422,21 @@ fn joining(cp: &ControlPlane, m: &Machine, policy: &Policy) -> bool {
     others
         .iter()
         .any(|o| member_of(cp, o).is_none() && o.created_unix.is_some_and(|c| NOW - c < grace))
-        || others.len() < cp.kcp.replicas as usize
+        // KCP's own deletion comes before the replacement it makes for it (docs/rules.md).
+        || (!policy.is_controller(who) && others.len() < cp.kcp.replicas as usize)
+}
+
+/// Whether kubeadm joins learners (docs/rules.md, how members join): from v1.29 with the gate
+/// unset, which is what these control planes carry; written here apart from the engine's.
+fn learner_joins(cp: &ControlPlane) -> bool {
+    let minor = cp
+        .kcp
+        .version
+        .as_deref()
+        .and_then(|v| v.strip_prefix("v1."))
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok());
+    cp.kcp.etcd_learner_mode.is_none() && minor.is_some_and(|m| m >= 29)
 }
 
 /// The desired-replicas rule for humans (docs/rules.md): the Machines not being deleted, minus this
@@ -507,7 +524,7 @@ fn check_delete(
                 .filter(|p| !p.is_learner && p.id != me.id)
                 .map(|p| p.id.0)
                 .collect();
-            let join = joining(cp, m, policy);
+            let join = joining(cp, m, who, policy);
             let safe: Vec<bool> = voters
                 .worlds()
                 .iter()
@@ -591,9 +608,15 @@ fn check_update(
                 && left_healthy >= majority(to as usize)
         })
     };
+    // A voting join counts before it is healthy; a learner never votes before it is in sync,
+    // so with learner joins a scale-up needs only quorum now (etcd adds no member without it).
     let up_safe = |world: &BTreeMap<u64, bool>| -> bool {
         let healthy = world.values().filter(|u| **u).count();
-        healthy >= majority(world.len() + 1)
+        if learner_joins(cp) {
+            !fails(&best, &[], 0)
+        } else {
+            healthy >= majority(world.len() + 1)
+        }
     };
     match v.reason {
         Reason::ClusterDeleting => ok(cp.cluster.deleting, "cluster not deleting"),

@@ -447,10 +447,14 @@ async fn concurrent_deletions_and_replica_changes_are_safe_in_any_order() {
             _ => None,
         })
         .collect();
+    // KCP's own deletions: the first is reserved, the second leaves 1 healthy of 1 in every
+    // order (KCP's replacements come only after both, as it creates no Machine while one is
+    // being deleted: issue 36), the third would remove the last member. Before issue 36 the
+    // replacement was counted as a join that could come between them, and only one went.
     assert_eq!(
         members_allowed.len(),
-        1,
-        "one Machine of a healthy 3-member control plane of 3 replicas may go, not {allowed:?}"
+        2,
+        "two Machines of a healthy 3-member control plane may go by KCP's hand, never three; not {allowed:?}"
     );
 
     let rounds: [(usize, &[Round]); 2] = [
