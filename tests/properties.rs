@@ -262,8 +262,9 @@ fn build(w: &World) -> ControlPlane {
     }
 }
 
-/// A member's health as the rules read it (docs/rules.md, "Counting"): unstarted or with a NOSPACE
-/// or CORRUPT alarm is down; a stale probe proves nothing. `None` is unknown.
+/// A member's health as the rules read it (docs/rules.md, "Counting"): unstarted or with a
+/// CORRUPT alarm is down (a NOSPACE alarm stops writes, not raft: it changes nothing here); a
+/// stale probe proves nothing. `None` is unknown.
 fn oracle_health(m: &Member, stale: bool) -> Option<bool> {
     if m.name.is_empty() {
         return Some(false);
@@ -271,10 +272,7 @@ fn oracle_health(m: &Member, stale: bool) -> Option<bool> {
     if stale {
         return None;
     }
-    if m.alarms
-        .iter()
-        .any(|a| matches!(a, Alarm::NoSpace | Alarm::Corrupt))
-    {
+    if m.alarms.iter().any(|a| matches!(a, Alarm::Corrupt)) {
         return Some(false);
     }
     match m.health {
@@ -305,6 +303,30 @@ impl Voters {
                 .iter()
                 .filter(|m| !m.is_learner)
                 .map(|m| (m.id.0, oracle_health(m, stale)))
+                .collect(),
+        }
+    }
+
+    /// As raft counts votes (what a lost quorum means): a member whose only fault is a CORRUPT
+    /// alarm still votes (docs/rules.md).
+    fn raft_of(cp: &ControlPlane, stale: bool) -> Voters {
+        Voters {
+            health: cp
+                .members()
+                .iter()
+                .filter(|m| !m.is_learner)
+                .map(|m| {
+                    let corrupt =
+                        !m.name.is_empty() && m.alarms.iter().any(|a| matches!(a, Alarm::Corrupt));
+                    let h = match (&m.health, corrupt, stale) {
+                        (Health::Unhealthy(_), true, _) => Some(false),
+                        (_, true, true) => None,
+                        (Health::Healthy, true, false) => Some(true),
+                        (_, true, false) => None,
+                        _ => oracle_health(m, stale),
+                    };
+                    (m.id.0, h)
+                })
                 .collect(),
         }
     }
@@ -532,7 +554,7 @@ fn check_delete(
                 .collect();
             // Quorum lost even if every unknown member is healthy: recovery needs every member.
             ok(
-                !fails(&voters.assuming(true), &[], 0),
+                !fails(&Voters::raft_of(cp, stale).assuming(true), &[], 0),
                 "quorum already lost",
             )?;
             if v.reason == Reason::QuorumSafe {
@@ -613,7 +635,7 @@ fn check_update(
     let up_safe = |world: &BTreeMap<u64, bool>| -> bool {
         let healthy = world.values().filter(|u| **u).count();
         if learner_joins(cp) {
-            !fails(&best, &[], 0)
+            !fails(&Voters::raft_of(cp, stale).assuming(true), &[], 0)
         } else {
             healthy >= majority(world.len() + 1)
         }
