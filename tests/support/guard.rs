@@ -87,6 +87,14 @@ pub fn replicas_review(from: i64, to: i64, user: &str, scale: bool, uid: &str) -
     r["request"]["userInfo"]["username"] = json!(user);
     r["request"]["oldObject"]["spec"]["replicas"] = json!(from);
     r["request"]["object"]["spec"]["replicas"] = json!(to);
+    // The KCP at the stand-in's version (`reviews::kcp_object`: v1.28.0, voting joins), so that
+    // a review of the KCP itself and one of its scale subresource (judged on the cached KCP)
+    // read the same join style.
+    if !scale {
+        for o in ["oldObject", "object"] {
+            r["request"][o]["spec"]["version"] = json!("v1.28.0");
+        }
+    }
     r
 }
 
