@@ -23,7 +23,6 @@
 #   playground        the stories (KCP, kubeadm's joins, remediation on real etcd) and
 #                     preflight's prediction against what happened, for the starting states where
 #                     etcd's answers decide (a member frozen or killed, learners)
-#   playground_real   the same on a real kube-apiserver, whose storage etcd is 3.5.1 too
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -54,4 +53,7 @@ qg_etcd35_test --test playground -- \
 # on both versions, but etcd 3.5.1 still counts a frozen peer as connected (its TCP stream stays
 # open) and lets the learner in: a known difference preflight does not model yet
 # (docs/development.md, what differs between etcd 3.4 and 3.5).
-qg_etcd35_test --test playground_real
+# playground_real (the default story on a real kube-apiserver whose storage etcd is 3.5.1 too)
+# passes on 3.5.1 as well (101 s, 2026-12-06) but is left to a run by hand
+# (QUORUMGUARD_ETCD_BIN_DIR=... cargo test --test playground_real) to keep .ci/run within 45
+# minutes: the stories it plays run on 3.5.1 above through the stand-in.
