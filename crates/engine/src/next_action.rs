@@ -500,7 +500,8 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         if let Some(a) = orphan_removal() {
             return a;
         }
-        let down = not_healthy_names(members, stale);
+        let down = not_healthy_names(members, stale)
+            .unwrap_or_else(|| "the members not known healthy".to_string());
         return NextAction::new(
             ActionCode::CheckEtcdHealth,
             format!(
@@ -510,7 +511,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
                 tally.healthy,
                 tally.voting(),
                 quorum::quorum(tally.voting()),
-down
+                down
             ),
         )
         .with(m.name.clone(), None);
@@ -674,18 +675,15 @@ down
     )
 }
 
-/// "a, b": the voting members not known healthy, as a sentence names them.
-fn not_healthy_names(members: &[Member], stale: bool) -> String {
+/// "a, b": the voting members not known healthy, as a sentence names them; `None` when every
+/// one is healthy.
+fn not_healthy_names(members: &[Member], stale: bool) -> Option<String> {
     let down: Vec<String> = members
         .iter()
         .filter(|x| !x.is_learner && !quorum::effective_ref(x, stale).is_healthy())
         .map(|x| x.display_name())
         .collect();
-    if down.is_empty() {
-        "the members not known healthy".to_string()
-    } else {
-        down.join(", ")
-    }
+    (!down.is_empty()).then(|| down.join(", "))
 }
 
 /// The Machine KCP remediates next, when the guard refuses KCP's deletion of it for a reason
@@ -706,32 +704,26 @@ fn refused_remediation(
             !x.is_learner && x.alarms.is_empty() && quorum::effective_ref(x, stale).is_healthy()
         })
     };
-    let m = active
-        .iter()
-        .copied()
-        .filter(|m| m.annotation(ANNOTATION_REMEDIATE).is_some())
-        .min_by_key(|m| kcp_healthy(m))?;
     // v1.14 remediates nothing with a single Machine (`remediation.go`
     // `reconcileUnhealthyMachines`: `Machines.Len() <= 1` goes on to scale).
     if cp.machines.len() <= 1 {
         return None;
     }
+    let m = active
+        .iter()
+        .copied()
+        .filter(|m| m.annotation(ANNOTATION_REMEDIATE).is_some())
+        .min_by_key(|m| kcp_healthy(m))?;
     let j = judge_delete(cp, m, &controller(policy), policy, now_unix, Words::All);
     if j.allowed || j.reason == Reason::PendingJoin {
         return None;
     }
     let ns = &cp.kcp.namespace;
-    let any_down = cp
-        .members()
-        .iter()
-        .any(|x| !x.is_learner && !quorum::effective_ref(x, stale).is_healthy());
-    let first = if any_down {
-        format!(
-            "Either bring back etcd on {} (then KCP's retry succeeds), or take the remediation request back so that KCP can go on",
-            not_healthy_names(cp.members(), stale)
-        )
-    } else {
-        "Take the remediation request back so that KCP can go on".to_string()
+    let first = match not_healthy_names(cp.members(), stale) {
+        Some(down) => format!(
+            "Either bring back etcd on {down} (then KCP's retry succeeds), or take the remediation request back so that KCP can go on"
+        ),
+        None => "Take the remediation request back so that KCP can go on".to_string(),
     };
     let cmd = format!(
         "kubectl annotate machine -n {ns} {} {ANNOTATION_REMEDIATE}-",

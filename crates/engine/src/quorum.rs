@@ -76,13 +76,8 @@ pub fn raft_quorum_lost(members: &[Member], stale: bool) -> bool {
     let mut up = 0;
     for m in members.iter().filter(|m| !m.is_learner) {
         voting += 1;
-        let counts_up = match effective_ref(m, stale) {
-            HealthRef::Healthy | HealthRef::Unknown(_) => true,
-            HealthRef::Unhealthy(Unfit::Alarm(Alarm::Corrupt)) => {
-                !matches!(HealthRef::from(&m.health), HealthRef::Unhealthy(_))
-            }
-            HealthRef::Unhealthy(_) => false,
-        };
+        let counts_up = !matches!(effective_ref(m, stale), HealthRef::Unhealthy(_))
+            || votes_while_unfit(m, stale);
         up += usize::from(counts_up);
     }
     up < quorum(voting)
