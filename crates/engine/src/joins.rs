@@ -19,7 +19,7 @@
 
 use std::fmt;
 
-use super::model::{ControlPlane, EtcdState};
+use super::model::ControlPlane;
 
 /// Whether a join adds a learner or a voting member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -133,32 +133,16 @@ impl ControlPlane {
 
     /// How the next member of this control plane joins (see the module doc).
     pub fn joins(&self) -> Joins {
-        if let Some(version) = self.kcp.version.as_deref()
-            && let Some(minor) = minor_of(version)
-        {
-            return Joins {
-                style: kubeadm_style(minor, self.kcp.etcd_learner_mode),
-                basis: JoinBasis::Kubeadm {
-                    version: version.to_string(),
-                    gate: self.kcp.etcd_learner_mode,
-                },
-            };
-        }
-        let learner_listed = match &self.etcd {
-            EtcdState::Observed(s) => s.members.iter().any(|m| m.is_learner),
-            EtcdState::Unknown { .. } => false,
+        let style = self.join_style();
+        let basis = match self.kcp.version.as_deref() {
+            Some(version) if minor_of(version).is_some() => JoinBasis::Kubeadm {
+                version: version.to_string(),
+                gate: self.kcp.etcd_learner_mode,
+            },
+            _ if style == JoinStyle::Learner => JoinBasis::LearnerListed,
+            _ => JoinBasis::Assumed,
         };
-        if learner_listed {
-            Joins {
-                style: JoinStyle::Learner,
-                basis: JoinBasis::LearnerListed,
-            }
-        } else {
-            Joins {
-                style: JoinStyle::Voting,
-                basis: JoinBasis::Assumed,
-            }
-        }
+        Joins { style, basis }
     }
 }
 
