@@ -28,6 +28,7 @@ use quorumguard::engine::Confirmation;
 use stateright::{Checker, HasDiscoveries, Model};
 
 use check::{ADVICE, Checked, NO_FALSE_ALARM, NO_IDLE_WAIT, PREDICTS, PROPERTIES, RECOVERS, SAFE};
+use quorumguard::engine::etcd_version::AddMemberRule;
 use steps::{Bounds, Bugs, Config};
 use world::Style;
 
@@ -36,6 +37,7 @@ fn ci() -> Bounds {
     Bounds {
         sizes: vec![3],
         styles: vec![Style::V03, Style::Current],
+        etcds: vec![AddMemberRule::EveryVotingMemberConnected],
         max_surges: vec![1],
         max_replicas: 5,
         failures: 1,
@@ -225,6 +227,34 @@ fn a_rollout_that_deletes_first_keeps_every_property() {
     check_all("max surge 0", config(surge_zero(), Bugs::default()));
 }
 
+/// etcd with PR #21641 (3.5.30, 3.6.11, 3.7): a member add needs a connected quorum of the
+/// voting members and the new one, not every one of them. The CI bounds on that etcd, without
+/// probe failures and KCP crashes (the first run has those), both join styles.
+fn relaxed_etcd() -> Bounds {
+    Bounds {
+        etcds: vec![AddMemberRule::ConnectedQuorum],
+        probe_failures: 0,
+        crashes: 0,
+        ..ci()
+    }
+}
+
+#[test]
+fn etcd_with_pr_21641_keeps_every_property() {
+    // The model's etcd follows the version: four voting members with one down take a member
+    // on 3.5.30 (3 connected >= quorum(5)) and not on 3.4.23.
+    let left = world::Left::default();
+    for (rule, admits) in [
+        (AddMemberRule::EveryVotingMemberConnected, false),
+        (AddMemberRule::ConnectedQuorum, true),
+    ] {
+        let mut s = world::State::converged(Style::Current, rule, 4, 1, left);
+        s.members[3].up = false;
+        assert_eq!(s.may_add_member(), admits, "{rule:?}");
+    }
+    check_all("etcd 3.5.30", config(relaxed_etcd(), Bugs::default()));
+}
+
 /// The larger run: 1, 3 or 5 members.
 fn big() -> Bounds {
     Bounds {
@@ -262,6 +292,16 @@ fn bounds_from_env() -> Bounds {
                         } else {
                             Style::Current
                         }
+                    })
+                    .collect()
+            }
+            "etcds" => {
+                b.etcds = v
+                    .split('/')
+                    .map(|x| match x {
+                        "3.4" => AddMemberRule::EveryVotingMemberConnected,
+                        "3.5.30" => AddMemberRule::ConnectedQuorum,
+                        _ => panic!("etcds: 3.4 or 3.5.30, not {x}"),
                     })
                     .collect()
             }

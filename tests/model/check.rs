@@ -361,9 +361,11 @@ impl Model for Checked {
         };
         let mut out = Vec::new();
         for style in &b.styles {
-            for n in &b.sizes {
-                for surge in &b.max_surges {
-                    out.push(State::converged(*style, *n, *surge, left));
+            for etcd in &b.etcds {
+                for n in &b.sizes {
+                    for surge in &b.max_surges {
+                        out.push(State::converged(*style, *etcd, *n, *surge, left));
+                    }
                 }
             }
         }

@@ -384,6 +384,7 @@ fn take_probe(n: &State) -> Option<Vec<Member>> {
                 },
             );
             x.is_learner = m.learner;
+            x.version = m.started.then(|| n.etcd_version().to_string());
             x.health = if !m.started {
                 Health::Unhealthy("not started".into())
             } else if !m.up {

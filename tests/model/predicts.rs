@@ -109,15 +109,7 @@ impl CrossCheck {
     fn compare(&self, cfg: &Config, s: &State) {
         let mut key = s.clone();
         // What the play does not read: the budgets (ignored) and the ghosts.
-        key.left = Left {
-            failures: 0,
-            probe_failures: 0,
-            crashes: 0,
-            person: 0,
-            rollouts: 0,
-            new_machines: 0,
-            leftovers: 0,
-        };
+        key.left = Left::default();
         key.unproven.clear();
         key.removed_since_failure = 0;
         key.probes_since_lost = 0;

@@ -5,6 +5,7 @@
 //! The guard's own steps, which call the real engine, are in `guard.rs`.
 
 use quorumguard::engine::Confirmation;
+use quorumguard::engine::etcd_version::AddMemberRule;
 use quorumguard::engine::kcp::{self, Hold, KcpMachine, KcpMove, KcpView, MemberFit};
 
 use crate::guard::{Fresh, Who};
@@ -17,6 +18,8 @@ pub struct Bounds {
     /// Initial control planes: this many healthy members, Machines and replicas.
     pub sizes: Vec<u8>,
     pub styles: Vec<Style>,
+    /// etcd's member-add rule, by version: before PR #21641 (3.4.23) or with it (3.5.30).
+    pub etcds: Vec<AddMemberRule>,
     /// The KCP's maxSurge values to start from (1: add before delete in a rollout; 0: delete
     /// first).
     pub max_surges: Vec<u8>,

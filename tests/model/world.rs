@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use quorumguard::admission::reservations::ReplicaReservation;
+use quorumguard::engine::etcd_version::{AddMemberRule, member_add_refusal};
 use quorumguard::engine::kcp::{KcpMachine, MemberFit};
 use quorumguard::engine::{
     ANNOTATION_REMEDIATE, Belief, Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology,
@@ -101,8 +102,8 @@ pub struct Reserved {
     pub seen_in_cache: bool,
 }
 
-/// What is left of each bound the exploration spends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// What is left of each bound the exploration spends (`Default`: nothing left).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Left {
     pub failures: u8,
     pub probe_failures: u8,
@@ -118,6 +119,9 @@ pub struct Left {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     pub style: Style,
+    /// What etcd's strict reconfiguration check asks before a member add: the rule of the
+    /// etcd version the run plays (3.4.23 before PR #21641, 3.5.30 with it).
+    pub etcd_add: AddMemberRule,
     // The API server: Machines (by slot) and the KCP's spec.replicas and version.
     pub machines: Vec<Mach>,
     pub replicas: u8,
@@ -176,7 +180,13 @@ pub fn quorum(voting: usize) -> usize {
 
 impl State {
     /// `n` healthy members on `n` Machines, `n` replicas, the guard synced and probed.
-    pub fn converged(style: Style, n: u8, max_surge: u8, left: Left) -> State {
+    pub fn converged(
+        style: Style,
+        etcd_add: AddMemberRule,
+        n: u8,
+        max_surge: u8,
+        left: Left,
+    ) -> State {
         let machines: Vec<Mach> = (0..n)
             .map(|slot| Mach {
                 slot,
@@ -199,6 +209,7 @@ impl State {
             .collect();
         State {
             style,
+            etcd_add,
             cache_machines: machines.clone(),
             machines,
             replicas: n,
@@ -277,15 +288,33 @@ impl State {
         self.voting() > 0 && self.healthy() >= quorum(self.voting())
     }
 
-    /// Whether etcd adds a member now: with quorum, and (its strict reconfiguration check, on
-    /// by default) only while the leader is connected to every voting member, so none may be
-    /// down or never started.
+    /// Whether etcd adds a member now: with quorum, and as its strict reconfiguration check
+    /// (on by default) of the run's etcd version allows, with the engine's own rule
+    /// ([`member_add_refusal`]): before PR #21641 only while every voting member is connected
+    /// (none down or never started), with it while a quorum of the voting members and the new
+    /// one is; a voting add (kubeadm without learner mode) also needs a quorum of started
+    /// members once it is in.
     pub fn may_add_member(&self) -> bool {
+        let voting = self.members.iter().filter(|m| !m.learner);
+        let started = voting.clone().filter(|m| m.started).count();
+        let connected = voting.clone().filter(|m| m.started && m.up).count();
         self.has_quorum()
-            && self
-                .members
-                .iter()
-                .all(|m| m.learner || (m.started && m.up))
+            && member_add_refusal(
+                self.etcd_add,
+                voting.count(),
+                started,
+                connected,
+                self.style == Style::Current,
+            )
+            .is_none()
+    }
+
+    /// The etcd version the run plays, as a probe reports it.
+    pub fn etcd_version(&self) -> &'static str {
+        match self.etcd_add {
+            AddMemberRule::EveryVotingMemberConnected => "3.4.23",
+            AddMemberRule::ConnectedQuorum => "3.5.30",
+        }
     }
 
     /// Objects the cache shows differently from the API server.
@@ -450,6 +479,7 @@ impl State {
                     if v.named { name(v.slot) } else { String::new() },
                 );
                 m.is_learner = v.learner;
+                m.version = v.named.then(|| self.etcd_version().to_string());
                 m.health = match v.seen {
                     Seen::Unknown => Health::Unknown,
                     Seen::Healthy => Health::Healthy,

@@ -7,14 +7,15 @@
 //! 1. A Machine being deleted finishes: KCP's pre-terminate hook removes its member when
 //!    KCP's own check allows it (the voting members left, less the unhealthy ones, keep a
 //!    quorum, and no learner is listed), and no other hook holds the deletion.
-//! 2. A Machine without a node joins: `kubeadm join` adds its member as a learner (etcd takes
-//!    one learner at a time, and adds a member only while every voting member is connected, or
-//!    since etcd 3.5.30, 3.6.11 and 3.7 a quorum of them and the new one: its strict
-//!    reconfiguration check, by the members' etcd version, [`crate::etcd_version`]), then the
-//!    learner is promoted and the
-//!    Machine has its node. A Machine that was already there and is past `--join-grace`
-//!    (no member) or `--learner-grace` (a learner) is taken as stopped, as the next action
-//!    does.
+//! 2. A Machine without a node joins, as the control plane's kubeadm joins ([`crate::joins`]):
+//!    `kubeadm join` adds its member as a learner, which is then promoted; or, without
+//!    learner mode, as a voting member that counts at once and starts in a later step. Either
+//!    way the Machine then has its node. etcd takes one learner at a time, and adds a member
+//!    only while every voting member is connected, or since etcd 3.5.30, 3.6.11 and 3.7 a
+//!    quorum of them and the new one (its strict reconfiguration check, by the members' etcd
+//!    version, [`crate::etcd_version`]); a voting member also needs a quorum of started
+//!    members once it is in. A Machine that was already there and is past `--join-grace` (no
+//!    member) or `--learner-grace` (a learner) is taken as stopped, as the next action does.
 //! 3. KCP reconciles ([`crate::kcp::reconcile`]): remediation, then scale up (a new Machine of
 //!    the new version) or down (the victim's deletion, answered by the guard's own rules, as
 //!    KCP's controller identity).
@@ -26,6 +27,7 @@ use std::fmt;
 
 use super::decide::admit_deletion;
 use super::etcd_version::{AddRefusal, add_member_rule, member_add_refusal};
+use super::joins::JoinStyle;
 use super::kcp::{self, Hold, KcpMachine, KcpMove, KcpView, MemberFit};
 use super::model::*;
 use super::next_action::{ActionCode, NextAction, next_action};
@@ -151,6 +153,9 @@ pub enum StepKind {
     Join,
     /// The learner is promoted: it votes, and its Machine has its node.
     Promote,
+    /// A voting member added by a join (kubeadm without learner mode) starts and catches up;
+    /// its Machine has its node.
+    Start,
     /// KCP deletes a Machine (scale-down or remediation); the guard answers.
     Delete,
     /// The deletion finishes: KCP's pre-terminate hook removed the member, the Machine is gone.
@@ -163,6 +168,7 @@ impl StepKind {
             StepKind::Create => "create",
             StepKind::Join => "join",
             StepKind::Promote => "promote",
+            StepKind::Start => "start",
             StepKind::Delete => "delete",
             StepKind::Removed => "removed",
         }
@@ -285,6 +291,9 @@ struct Sim<'p> {
     policy: &'p Policy,
     now: i64,
     created: usize,
+    /// Voting joins the play started: the Machine and the member `kubeadm join` added, which
+    /// etcd lists without a name until its process starts.
+    starting: Vec<(String, MemberId)>,
 }
 
 /// Predicts the rollout a version change would start on `cp`, as of `now_unix`, with what one
@@ -433,12 +442,23 @@ fn plain(code: ActionCode, message: String) -> NextAction {
 fn unsafe_step(start: &Counts, steps: &[RolloutStep]) -> Option<(usize, String)> {
     let bad = |c: &Counts| c.fault_tolerance < 1 || c.healthy < c.voting;
     let say = |c: &Counts| {
-        if c.healthy < c.voting {
+        let not_healthy = c.voting - c.healthy;
+        if c.fault_tolerance < 0 {
             format!(
-                "{} of {} voting members healthy (quorum {}): a member is already down, and one more failure {}",
+                "quorum lost: {} healthy of {} voting members, {} needed; etcd takes no writes until {} more {} healthy",
                 c.healthy,
                 c.voting,
                 c.quorum,
+                -c.fault_tolerance,
+                if c.fault_tolerance == -1 { "is" } else { "are" }
+            )
+        } else if c.healthy < c.voting {
+            format!(
+                "{} of {} voting members healthy (quorum {}): {not_healthy} {} not (down, or added and not started yet), and one more failure {}",
+                c.healthy,
+                c.voting,
+                c.quorum,
+                if not_healthy == 1 { "is" } else { "are" },
                 if c.fault_tolerance < 1 {
                     "loses quorum"
                 } else {
@@ -547,6 +567,7 @@ impl<'p> Sim<'p> {
             policy,
             now,
             created: 0,
+            starting: Vec::new(),
         }
     }
 
@@ -722,19 +743,32 @@ impl<'p> Sim<'p> {
             End::Finished => None,
             End::Stuck { .. } => Some(index + rest.len() + 1),
         };
-        let text = match (quorum_kept, &end) {
-            (true, End::Finished) => format!(
-                "{victim} fails: quorum kept ({} of {} voting healthy, quorum {}); the rollout still finishes",
+        // A voting member added and not started yet counts against the quorum, and its start
+        // gives it back: a failure in that window loses quorum only until it starts.
+        let restored_by = (!quorum_kept)
+            .then(|| self.starting.first())
+            .flatten()
+            .filter(|_| c.healthy + self.starting.len() >= c.quorum)
+            .map(|(machine, _)| machine.clone());
+        let then = match &end {
+            End::Finished => "the rollout still finishes".to_string(),
+            End::Stuck { why, .. } => {
+                format!(
+                    "the rollout sticks at step {}: {why}",
+                    index + rest.len() + 1
+                )
+            }
+        };
+        let text = match (quorum_kept, &restored_by) {
+            (true, _) => format!(
+                "{victim} fails: quorum kept ({} of {} voting healthy, quorum {}); {then}",
                 c.healthy, c.voting, c.quorum
             ),
-            (true, End::Stuck { why, .. }) => format!(
-                "{victim} fails: quorum kept ({} of {} voting healthy, quorum {}); the rollout sticks at step {}: {why}",
-                c.healthy,
-                c.voting,
-                c.quorum,
-                index + rest.len() + 1
+            (false, Some(machine)) => format!(
+                "{victim} fails: QUORUM LOST ({} of {} voting healthy, quorum {}): etcd refuses writes until the voting member added for Machine {machine} starts or {victim} is back; then {then}",
+                c.healthy, c.voting, c.quorum
             ),
-            (false, _) => format!(
+            (false, None) => format!(
                 "{victim} fails: QUORUM LOST ({} of {} voting healthy, quorum {}): etcd refuses writes until {victim} is back, and the rollout stops",
                 c.healthy, c.voting, c.quorum
             ),
@@ -742,7 +776,7 @@ impl<'p> Sim<'p> {
         Some(OneFailure {
             member: victim,
             quorum_kept,
-            sticks_at: if quorum_kept {
+            sticks_at: if quorum_kept || restored_by.is_some() {
                 sticks_at
             } else {
                 Some(index + 1)
@@ -850,6 +884,10 @@ impl<'p> Sim<'p> {
         };
         let m = self.cp.machines[pos].clone();
         let fresh = self.is_new(&m);
+        if let Some(&(_, id)) = self.starting.iter().find(|(n, _)| *n == m.name) {
+            return self.start_voting(pos, id);
+        }
+        let learner_join = self.cp.join_style() == JoinStyle::Learner;
         match self.member_index(&m) {
             None => {
                 if !fresh && self.age_past(&m, self.policy.join_grace) {
@@ -862,7 +900,7 @@ impl<'p> Sim<'p> {
                         ),
                     ));
                 }
-                if let Some(l) = self.members().iter().find(|x| x.is_learner) {
+                if let Some(l) = self.members().iter().find(|x| x.is_learner && learner_join) {
                     return Err((
                         ReadyReason::LeftoverMember,
                         format!(
@@ -880,9 +918,23 @@ impl<'p> Sim<'p> {
                 // voting member stands for a connected one.
                 let rule = add_member_rule(self.members());
                 let c = Counts::of(self.members());
-                if let Some(AddRefusal::NotConnected { needed, .. }) =
-                    member_add_refusal(rule.rule, c.voting, c.voting, c.healthy, true)
-                {
+                let started = self
+                    .members()
+                    .iter()
+                    .filter(|x| !x.is_learner && !x.is_unstarted())
+                    .count();
+                let refusal =
+                    member_add_refusal(rule.rule, c.voting, started, c.healthy, learner_join);
+                if let Some(AddRefusal::NotEnoughStarted { started, needed }) = refusal {
+                    return Err((
+                        ReadyReason::MemberUnhealthy,
+                        format!(
+                            "the join of Machine {ns}/{} cannot add its member as a voting member: etcd's strict reconfiguration check needs {needed} started voting members once it is in, and {started} of {} have started",
+                            m.name, c.voting
+                        ),
+                    ));
+                }
+                if let Some(AddRefusal::NotConnected { needed, .. }) = refusal {
                     let down: Vec<String> = self
                         .members()
                         .iter()
@@ -903,6 +955,21 @@ impl<'p> Sim<'p> {
                     ));
                 }
                 let id = self.members().iter().map(|x| x.id.0).max().unwrap_or(0) + 1;
+                if !learner_join {
+                    // kubeadm without learner mode (cmd/kubeadm/app/phases/etcd/local.go,
+                    // CreateStackedEtcdStaticPodManifestFile: `AddMember`, not
+                    // `AddMemberAsLearner`): the member votes from `member add`, and etcd lists
+                    // it without a name until its process starts: the quorum counts it at once.
+                    let mut added = Member::new(id, "");
+                    added.health = Health::Unhealthy("added, not started".to_string());
+                    self.members_mut().push(added);
+                    self.starting.push((m.name.clone(), MemberId(id)));
+                    let action = format!(
+                        "the node of Machine {} joins etcd as a voting member (added, not started yet)",
+                        m.name
+                    );
+                    return Ok(Some((StepKind::Join, m.name, action, None)));
+                }
                 let mut learner = Member::new(id, m.name.clone());
                 learner.is_learner = true;
                 learner.health = Health::Healthy;
@@ -943,6 +1010,43 @@ impl<'p> Sim<'p> {
                 Ok(Some((StepKind::Promote, m.name, action, None)))
             }
         }
+    }
+
+    /// The voting member a Machine's join added starts: it needs etcd's quorum to catch up and
+    /// publish its name, then the Machine has its node.
+    fn start_voting(&mut self, pos: usize, id: MemberId) -> Played {
+        let ns = self.cp.kcp.namespace.clone();
+        let name = self.cp.machines[pos].name.clone();
+        // It catches up from a leader, which needs a quorum of voters up, itself included
+        // (etcd's one-member case: the second member restores the quorum the add took away).
+        let c = Counts::of(self.members());
+        if c.healthy + 1 < c.quorum {
+            return Err((
+                ReadyReason::MemberUnhealthy,
+                format!(
+                    "the voting member added for Machine {ns}/{name} cannot start: with it, {} of {} voting members are healthy, {} needed for a leader to catch it up",
+                    c.healthy + 1,
+                    c.voting,
+                    c.quorum
+                ),
+            ));
+        }
+        let Some(i) = self.members().iter().position(|x| x.id == id) else {
+            // The member was removed under the join (not a step the play takes): the join
+            // stays stopped.
+            return Err((
+                ReadyReason::JoinStuck,
+                format!("the member added for Machine {ns}/{name} is gone: its join stopped"),
+            ));
+        };
+        let member = &mut self.members_mut()[i];
+        member.name = name.clone();
+        member.health = Health::Healthy;
+        self.cp.machines[pos].node_name = Some(name.clone());
+        self.starting.retain(|(n, _)| *n != name);
+        let action =
+            format!("voting member {name} starts and catches up; Machine {name} has its node");
+        Ok(Some((StepKind::Start, name, action, None)))
     }
 
     /// KCP's reconcile: remediation, then scale up or down.
@@ -1097,6 +1201,14 @@ impl<'p> Sim<'p> {
 mod tests {
     use super::*;
     use crate::testkit::*;
+
+    /// The control planes of these tests join learners, as KCP's kubeadm does by default since
+    /// v1.29 (the playground's too); voting joins set v1.28 (`voting_joins_*`).
+    fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
+        let mut c = crate::testkit::cp(replicas, members);
+        c.kcp.version = Some("v1.32.0".into());
+        c
+    }
 
     fn three() -> ControlPlane {
         cp(
@@ -1481,5 +1593,79 @@ mod tests {
         let last = p.steps.last().expect("steps");
         let f = last.one_failure.as_ref().expect("a member can fail");
         assert_eq!(f.sticks_at, None, "the rollout is done: {f:?}");
+    }
+}
+
+#[cfg(test)]
+mod voting_join_tests {
+    use super::*;
+    use crate::testkit::*;
+
+    /// kubeadm v1.28 without the `EtcdLearnerMode` gate: voting joins.
+    fn voting(members: &[(&str, Health)]) -> ControlPlane {
+        let mut c = cp(members.len() as u32, members);
+        c.kcp.version = Some("v1.28.0".into());
+        c
+    }
+
+    fn etcd_version(mut c: ControlPlane, version: &str) -> ControlPlane {
+        if let EtcdState::Observed(s) = &mut c.etcd {
+            for m in &mut s.members {
+                m.version = Some(version.into());
+            }
+        }
+        c
+    }
+
+    fn three_voting() -> ControlPlane {
+        voting(&[("m1", healthy()), ("m2", healthy()), ("m3", healthy())])
+    }
+
+    #[test]
+    fn voting_joins_count_at_once_and_start_in_a_later_step() {
+        for etcd in ["3.4.23", "3.5.30"] {
+            let p = preflight(&etcd_version(three_voting(), etcd), &Policy::default(), NOW);
+            let kinds: Vec<&str> = p.steps.iter().map(|s| s.kind.as_str()).collect();
+            assert_eq!(kinds[..5], ["create", "join", "start", "delete", "removed"]);
+            assert_eq!(
+                p.steps[1].counts,
+                Counts {
+                    voting: 4,
+                    healthy: 3,
+                    learners: 0,
+                    quorum: 3,
+                    fault_tolerance: 0
+                }
+            );
+            // Every voting join of a 3-member control plane passes through fault tolerance 0.
+            assert_eq!(
+                p.readiness,
+                Readiness::Unsafe { at: 2, of: 15 },
+                "{}",
+                p.summary()
+            );
+            assert!(p.why.contains("added and not started yet"), "{}", p.why);
+            // One more failure in that window loses quorum until the new member starts.
+            let f = p.steps[1].one_failure.as_ref().expect("a member can fail");
+            assert!(!f.quorum_kept, "{f:?}");
+            assert!(
+                f.text.contains(
+                    "until the voting member added for Machine kcp-new1 starts or m1 is back"
+                ),
+                "{}",
+                f.text
+            );
+            assert_eq!(p.steps.len(), 15);
+        }
+    }
+
+    #[test]
+    fn the_learner_gate_on_v1_28_plays_learner_joins() {
+        let mut c = three_voting();
+        c.kcp.etcd_learner_mode = Some(true);
+        let p = preflight(&c, &Policy::default(), NOW);
+        let kinds: Vec<&str> = p.steps.iter().map(|s| s.kind.as_str()).collect();
+        assert_eq!(kinds[..3], ["create", "join", "promote"]);
+        assert_eq!(p.readiness, Readiness::Ready, "{}", p.summary());
     }
 }

@@ -29,7 +29,7 @@ pub const SCHEMA: &str = "quorumguard.io/preflight/v1";
 ///     "start": { "voting": 3, "healthy": 3, "learners": 0, "quorum": 2,
 ///                "faultTolerance": 1 } | null,      // null: not played (CannotJudge, external)
 ///     "steps": [{
-///       "index": 1, "kind": "create" | "join" | "promote" | "delete" | "removed",
+///       "index": 1, "kind": "create" | "join" | "promote" | "start" | "delete" | "removed",
 ///       "machine": "NAME", "action": "...",
 ///       "counts": { ...as "start", after the step... },
 ///       "webhook": "allowed (ControllerSafe)" | null,   // delete steps: the guard's answer

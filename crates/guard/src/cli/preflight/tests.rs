@@ -9,6 +9,14 @@ use crate::cli::status::mgmt::{Listed, Scope};
 use crate::engine::testkit::*;
 use crate::engine::{ControlPlane, EtcdState, Health, Policy};
 
+/// Control planes that join learners, as KCP's kubeadm does by default since v1.29 (the
+/// engine's own tests play voting joins too).
+fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
+    let mut c = crate::engine::testkit::cp(replicas, members);
+    c.kcp.version = Some("v1.32.0".into());
+    c
+}
+
 fn three(m2: Health) -> ControlPlane {
     cp(3, &[("m1", healthy()), ("m2", m2), ("m3", healthy())])
 }
