@@ -1309,3 +1309,121 @@ echo
         ]
     );
 }
+
+/// The first duration ("2s", "2 s", "1.5 s", "100ms") in `s`, as written (no space), if `s`
+/// starts with one after at most a few characters of punctuation or words (at most 16).
+fn leading_duration(s: &str) -> Option<String> {
+    let start = s.find(|c: char| c.is_ascii_digit())?;
+    if start > 16 {
+        return None;
+    }
+    let rest = &s[start..];
+    let number_end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let (number, after) = rest.split_at(number_end);
+    let after = after.strip_prefix(' ').unwrap_or(after);
+    let unit: String = after
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect();
+    ["ms", "s", "m"]
+        .contains(&unit.as_str())
+        .then(|| format!("{number}{unit}"))
+}
+
+/// What the docs say about how long a review waits on etcd (issue 40) matches `serve`: every
+/// place in README.md, docs/, SECURITY.md and manifests/README.md that names
+/// `--fresh-probe-timeout` and a duration right after it (`` `--fresh-probe-timeout` 2 s ``,
+/// "(default `2s`", a flag table's Default cell, `` `--fresh-probe-timeout 2s` ``) states
+/// `serve --help`'s default; the README and docs/operations.md do state it; that default is
+/// inside every webhook's `timeoutSeconds` of the manifests; and no paragraph claims again that
+/// a review never waits on etcd or that the webhook reads caches only.
+#[test]
+fn what_the_docs_say_a_review_waits_for_matches_serve() {
+    const FLAG: &str = "--fresh-probe-timeout";
+    let serve = commands().remove("serve").expect("a serve command");
+    let opt = serve
+        .iter()
+        .find(|o| o.long == FLAG)
+        .unwrap_or_else(|| panic!("serve --help has no {FLAG}"));
+    let default = opt
+        .default
+        .clone()
+        .expect("a default for --fresh-probe-timeout");
+    let default_d = humantime::parse_duration(&default).expect("a duration");
+
+    let mut files: Vec<PathBuf> = docs_files();
+    files.extend(["SECURITY.md", "manifests/README.md"].map(PathBuf::from));
+    let mut problems = Vec::new();
+    let mut stated: BTreeMap<String, usize> = BTreeMap::new();
+    for rel in &files {
+        let text = read(rel);
+        for (no, unit, _) in md::units(&text) {
+            let plain = unit.replace('`', "").replace('|', " ");
+            let lower = plain.to_lowercase();
+            for claim in ["never waits on etcd", "reads caches only"] {
+                if lower.contains(claim) {
+                    problems.push(format!(
+                        "{}:{no}: says a review {claim:?}; a fresh probe waits for etcd up to {FLAG}",
+                        rel.display()
+                    ));
+                }
+            }
+            for (at, _) in plain.match_indices(FLAG) {
+                let Some(said) = leading_duration(&plain[at + FLAG.len()..]) else {
+                    continue;
+                };
+                *stated.entry(rel.display().to_string()).or_default() += 1;
+                match humantime::parse_duration(&said) {
+                    Ok(d) if d == default_d => {}
+                    _ => problems.push(format!(
+                        "{}:{no}: {FLAG} {said}, but serve --help says the default is {default}",
+                        rel.display()
+                    )),
+                }
+            }
+        }
+    }
+    for must in ["README.md", "docs/operations.md"] {
+        if !stated.contains_key(must) {
+            problems.push(format!(
+                "{must} does not state {FLAG}'s default: {stated:?}"
+            ));
+        }
+    }
+    let vwc = read(Path::new(
+        "manifests/core/validatingwebhookconfiguration.yaml",
+    ));
+    let timeouts: Vec<u64> = vwc
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("timeoutSeconds:"))
+        .map(|v| v.trim().parse().expect("timeoutSeconds is a number"))
+        .collect();
+    assert_eq!(timeouts.len(), 2, "{timeouts:?}");
+    for t in timeouts {
+        if std::time::Duration::from_secs(t) <= default_d {
+            problems.push(format!(
+                "a webhook's timeoutSeconds {t} is not longer than {FLAG}'s default {default}"
+            ));
+        }
+    }
+    report("the webhook's waiting", &problems);
+}
+
+#[test]
+fn parser_reads_a_duration_after_a_flag() {
+    assert_eq!(leading_duration(" 2 s) and"), Some("2s".into()));
+    assert_eq!(
+        leading_duration(" (default 2s, at most 4s)"),
+        Some("2s".into())
+    );
+    assert_eq!(leading_duration("   2s   QUORUMGUARD_X"), Some("2s".into()));
+    assert_eq!(leading_duration(" 1.5 s"), Some("1.5s".into()));
+    assert_eq!(leading_duration(" 100ms"), Some("100ms".into()));
+    assert_eq!(leading_duration(", 3 members"), None);
+    assert_eq!(
+        leading_duration(" leaves the decision to the policy, 5 s"),
+        None
+    );
+}

@@ -307,25 +307,39 @@ fn the_webhook_configuration_registers_exactly_what_the_guard_judges() {
         assert_eq!(rules.len(), 1, "{n}");
         assert_eq!(rules[0].scope.as_deref(), Some("Namespaced"), "{n}");
         assert_eq!(strings(&rules[0].api_versions), ["*"], "{n}");
-        // Exactly one match condition each, which only narrows what reaches the guard to what
-        // it judges (so a dead guard blocks no teardown and no metadata-only update).
+        // The match conditions only narrow what reaches the guard to what it judges (so a dead
+        // guard blocks no teardown and no metadata-only update): the Machine webhook skips the
+        // teardown identities and KCP's own teardown (its service account deleting a Machine
+        // without KCP's pre-terminate hook), the KCP webhook metadata-only updates.
         let conditions = w.match_conditions.as_deref().unwrap_or_default();
-        assert_eq!(conditions.len(), 1, "{n}");
-        let expected = if n == "machines.quorumguard.io" {
-            (
-                "not-teardown",
-                vec![
-                    "generic-garbage-collector",
-                    "system:kube-controller-manager",
-                    "namespace-controller",
-                ],
-            )
+        let expected: Vec<(&str, Vec<&str>)> = if n == "machines.quorumguard.io" {
+            vec![
+                (
+                    "not-teardown",
+                    vec![
+                        "generic-garbage-collector",
+                        "system:kube-controller-manager",
+                        "namespace-controller",
+                    ],
+                ),
+                (
+                    "not-kcp-teardown",
+                    vec![
+                        quorumguard::engine::DEFAULT_KCP_CONTROLLER,
+                        "oldObject.metadata.annotations",
+                        "pre-terminate.delete.hook.machine.cluster.x-k8s.io/kcp-cleanup",
+                    ],
+                ),
+            ]
         } else {
-            ("spec-changed", vec!["object.spec != oldObject.spec"])
+            vec![("spec-changed", vec!["object.spec != oldObject.spec"])]
         };
-        assert_eq!(conditions[0].name, expected.0, "{n}");
-        for needle in expected.1 {
-            assert!(conditions[0].expression.contains(needle), "{n}: {needle}");
+        assert_eq!(conditions.len(), expected.len(), "{n}");
+        for (condition, (name, needles)) in conditions.iter().zip(expected) {
+            assert_eq!(condition.name, name, "{n}");
+            for needle in needles {
+                assert!(condition.expression.contains(needle), "{n}: {needle}");
+            }
         }
     }
 

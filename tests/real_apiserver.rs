@@ -1641,3 +1641,336 @@ async fn without_client_certificates_forged_reviews_are_answered_as_before() {
         assert!(note.contains(&expected), "{note}");
     }
 }
+
+/// Cluster API's core controllers (the Cluster and Machine controllers), as clusterctl installs
+/// them.
+const CAPI_CONTROLLER: &str = "system:serviceaccount:capi-system:capi-controller-manager";
+/// KCP's pre-terminate hook: on every Machine KCP creates or syncs (Cluster API >= v1.8.2).
+const KCP_HOOK: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io/kcp-cleanup";
+/// The finalizers of Cluster API v1.14 (`ClusterFinalizer`, `KubeadmControlPlaneFinalizer`,
+/// `MachineFinalizer`).
+const CLUSTER_FINALIZER: &str = "cluster.cluster.x-k8s.io";
+const KCP_FINALIZER: &str = "kubeadm.controlplane.cluster.x-k8s.io";
+const MACHINE_FINALIZER: &str = "machine.cluster.x-k8s.io";
+
+fn clusters(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &quorumguard::state::watch::api_resource(quorumguard::state::Kind::Cluster),
+    )
+}
+
+/// A merge patch of `name`'s metadata through `api`, failing the test when refused.
+async fn patch_metadata(api: &Api<DynamicObject>, name: &str, metadata: Value) {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "metadata": metadata })),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("patch {name}'s metadata with {metadata}: {e}"));
+}
+
+/// Whether `name` is gone from `api`.
+async fn gone(api: &Api<DynamicObject>, name: &str) -> bool {
+    matches!(api.get_opt(name).await, Ok(None))
+}
+
+/// The VWC as rendered without the Machine webhook's match condition `name` (the same VWC
+/// when it has none of that name: `tests/manifests.rs` holds the names).
+fn without_match_condition(vwc: &Value, name: &str) -> Value {
+    let mut vwc = vwc.clone();
+    let hook = vwc["webhooks"]
+        .as_array_mut()
+        .expect("webhooks")
+        .iter_mut()
+        .find(|w| w["name"] == "machines.quorumguard.io")
+        .expect("the Machine webhook");
+    let conditions = hook["matchConditions"]
+        .as_array_mut()
+        .expect("matchConditions");
+    conditions.retain(|c| c["name"] != name);
+    vwc
+}
+
+/// The finalizers Cluster API's controllers put on Cluster `test`, its KCP and its Machines,
+/// and KCP's pre-terminate hook on each control-plane Machine (the fixture has it already; set
+/// here so the teardown below does not rest on a fixture's detail).
+async fn as_cluster_api_keeps_them(world: &World, control_plane: &[String], worker: Option<&str>) {
+    let admin = &world.admin;
+    patch_metadata(
+        &clusters(admin, NS),
+        "test",
+        json!({"finalizers": [CLUSTER_FINALIZER]}),
+    )
+    .await;
+    patch_metadata(
+        &kcps(admin, NS),
+        KCP,
+        json!({"finalizers": [KCP_FINALIZER]}),
+    )
+    .await;
+    for m in control_plane {
+        patch_metadata(
+            &machines(admin, NS),
+            m,
+            json!({"finalizers": [MACHINE_FINALIZER], "annotations": {KCP_HOOK: ""}}),
+        )
+        .await;
+    }
+    if let Some(w) = worker {
+        patch_metadata(
+            &machines(admin, NS),
+            w,
+            json!({"finalizers": [MACHINE_FINALIZER]}),
+        )
+        .await;
+    }
+}
+
+/// The start of a Cluster's teardown as Cluster API v1.14 takes it, up to KCP's turn: a person
+/// deletes Cluster `test` (its finalizer holds it); the Cluster controller deletes its worker
+/// Machines and waits for them (the Machine controller removes their finalizer), then deletes
+/// the KubeadmControlPlane (`core/reconcilers/cluster/cluster_controller.go`, `reconcileDelete`:
+/// descendants first, then the control plane object).
+async fn teardown_until_kcp(world: &World, worker: Option<&str>) {
+    let capi = world.env.client_as(CAPI_CONTROLLER).await;
+    clusters(&world.admin, NS)
+        .delete("test", &DeleteParams::default())
+        .await
+        .expect("a person deletes the Cluster");
+    if let Some(w) = worker {
+        machines(&capi, NS)
+            .delete(w, &DeleteParams::default())
+            .await
+            .expect("the Cluster controller deletes a worker Machine");
+        patch_metadata(&machines(&capi, NS), w, json!({"finalizers": null})).await;
+        assert!(
+            gone(&machines(&capi, NS), w).await,
+            "the worker Machine is gone"
+        );
+    }
+    kcps(&capi, NS)
+        .delete(KCP, &DeleteParams::default())
+        .await
+        .expect("the Cluster controller deletes the KubeadmControlPlane");
+    let kcp = kcps(&world.admin, NS).get(KCP).await.expect("the KCP");
+    assert!(
+        kcp.metadata.deletion_timestamp.is_some(),
+        "KCP's finalizer holds it"
+    );
+}
+
+/// KCP's `reconcileDelete` for one Machine (Cluster API v1.14,
+/// `controlplane/kubeadm/reconcilers/kubeadmcontrolplane/kubeadmcontrolplane_controller.go`):
+/// `removePreTerminateHookAnnotationFromMachine` (a patch), then `Client.Delete`. Returns the
+/// deletion's result.
+async fn kcp_tears_down(kcp: &Client, machine: &str) -> kube::Result<()> {
+    patch_metadata(
+        &machines(kcp, NS),
+        machine,
+        json!({"annotations": {KCP_HOOK: null}}),
+    )
+    .await;
+    machines(kcp, NS)
+        .delete(machine, &DeleteParams::default())
+        .await
+        .map(|_| ())
+}
+
+/// KCP's `reconcileDelete` for every Machine at once, as KCP issues them; each must go through
+/// (`when` says in which state, for the failure message).
+async fn kcp_tears_down_all(kcp: &Client, control_plane: &[String], when: &str) {
+    let deletions = control_plane.iter().map(|m| kcp_tears_down(kcp, m));
+    for (m, result) in control_plane
+        .iter()
+        .zip(futures::future::join_all(deletions).await)
+    {
+        result.unwrap_or_else(|e| panic!("KCP's teardown deletion of {m}, {when}: {e}"));
+    }
+}
+
+/// `client` deletes Machine `name` and the API server refuses it for want of the guard
+/// (`failed calling webhook`, failurePolicy Fail); `what` says who does what.
+async fn refused_without_the_guard(client: &Client, name: &str, what: &str) {
+    let message = refusal(
+        what,
+        machines(client, NS)
+            .delete(name, &DeleteParams::default())
+            .await,
+    );
+    assert!(
+        message.contains("failed calling webhook \"machines.quorumguard.io\""),
+        "{what}: {message}"
+    );
+}
+
+/// The rest of the teardown once KCP's deletions went through: the Machine controller removes
+/// each Machine's finalizer (its `reconcileDelete`, with no pre-terminate hook left to wait
+/// for), KCP removes its own once no Machine is left, the Cluster controller its own once the
+/// control plane is gone. Every object of Cluster `test` is then gone.
+async fn teardown_finishes(world: &World, control_plane: &[String]) {
+    let capi = world.env.client_as(CAPI_CONTROLLER).await;
+    let kcp = world.env.client_as(KCP_CONTROLLER).await;
+    for m in control_plane {
+        let machine = machines(&world.admin, NS)
+            .get(m)
+            .await
+            .expect("the Machine");
+        assert!(
+            machine.metadata.deletion_timestamp.is_some(),
+            "{m} is being deleted"
+        );
+        patch_metadata(&machines(&capi, NS), m, json!({"finalizers": null})).await;
+    }
+    patch_metadata(&kcps(&kcp, NS), KCP, json!({"finalizers": null})).await;
+    patch_metadata(&clusters(&capi, NS), "test", json!({"finalizers": null})).await;
+    for m in control_plane {
+        assert!(gone(&machines(&world.admin, NS), m).await, "{m} is gone");
+    }
+    assert!(gone(&kcps(&world.admin, NS), KCP).await, "the KCP is gone");
+    assert!(
+        gone(&clusters(&world.admin, NS), "test").await,
+        "the Cluster is gone"
+    );
+}
+
+/// A Cluster's deletion with the guard down (`serve` killed, `failurePolicy: Fail`), Cluster
+/// API's controllers played by the test as its finalizers require: with the Machine webhook's
+/// match conditions as they were before `not-kcp-teardown` (only the garbage collector,
+/// kube-controller-manager and the namespace controller skipped), KCP's teardown deletion of
+/// its Machines is refused (`failed calling webhook`), so the KCP and the Cluster stay until
+/// the guard returns: the stall. With the VWC as rendered, the teardown completes: every
+/// Machine, the KCP and the Cluster are gone. The door stays shut meanwhile: a person's
+/// deletion of a control-plane Machine and KCP's deletion of one that still carries its
+/// pre-terminate hook (a scale-down, a rollout, a remediation) are refused while the guard is
+/// down, with either VWC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_is_deleted_with_the_guard_down() {
+    let assets = assets_or_skip!("a_cluster_is_deleted_with_the_guard_down");
+    let (world, mut serve) = World::guarded_without_probes(&assets).await;
+    let control_plane: Vec<String> = ["test-cp-a", "test-cp-b", "test-cp-c"]
+        .map(String::from)
+        .to_vec();
+    as_cluster_api_keeps_them(&world, &control_plane, Some("test-worker")).await;
+    let alice = world.env.client_as(ALICE).await;
+    let kcp = world.env.client_as(KCP_CONTROLLER).await;
+    let before = without_match_condition(&world.vwc, "not-kcp-teardown");
+
+    serve.kill();
+    for (name, vwc) in [("as rendered", &world.vwc), ("before", &before)] {
+        must_replace(&world.admin, &webhook_at(vwc, serve.addr, &world.ca_pem)).await;
+        for (who, client) in [(ALICE, &alice), (KCP_CONTROLLER, &kcp)] {
+            refused_without_the_guard(
+                client,
+                "test-cp-a",
+                &format!("{name}: {who} deletes a control-plane Machine with KCP's hook"),
+            )
+            .await;
+        }
+    }
+
+    teardown_until_kcp(&world, Some("test-worker")).await;
+    // The VWC before: KCP's teardown is refused while the guard is down.
+    let message = refusal(
+        "KCP's teardown deletion, the guard down, the VWC before",
+        kcp_tears_down(&kcp, "test-cp-a").await,
+    );
+    assert!(
+        message.contains("failed calling webhook \"machines.quorumguard.io\""),
+        "{message}"
+    );
+    let machine = machines(&world.admin, NS)
+        .get("test-cp-a")
+        .await
+        .expect("the Machine");
+    assert!(
+        machine.metadata.deletion_timestamp.is_none(),
+        "the refused deletion did not start"
+    );
+    // A person still cannot use the hook's absence: only KCP's identity is skipped.
+    refused_without_the_guard(
+        &alice,
+        "test-cp-a",
+        "alice deletes the Machine KCP took the hook from",
+    )
+    .await;
+
+    // As rendered: the same deletions, all at once as KCP issues them, go through.
+    must_replace(
+        &world.admin,
+        &webhook_at(&world.vwc, serve.addr, &world.ca_pem),
+    )
+    .await;
+    refused_without_the_guard(
+        &alice,
+        "test-cp-a",
+        "as rendered: alice deletes the Machine KCP took the hook from",
+    )
+    .await;
+    kcp_tears_down_all(&kcp, &control_plane, "the guard down").await;
+    teardown_finishes(&world, &control_plane).await;
+    assert!(!serve.is_running(), "the guard stayed down throughout");
+}
+
+/// The guard up, judging KCP's teardown (the VWC without `not-kcp-teardown`, so that every
+/// deletion reaches it), on real etcd with 3 healthy members: a person's deletion of a
+/// control-plane Machine is refused; once the Cluster and its KubeadmControlPlane are being
+/// deleted (the guard publishes `WaitForTeardown`: its caches show it), KCP's deletion of all
+/// three Machines at once — which would lose quorum in any other state — is allowed, each as
+/// `ClusterDeleting` (the Cluster's deletionTimestamp comes first, as in Cluster API), and the
+/// teardown completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_allows_kcp_to_delete_its_machines_in_teardown() {
+    let assets = assets_or_skip!("the_guard_allows_kcp_to_delete_its_machines_in_teardown");
+    let (world, _etcd, members) = World::with_etcd(&assets, 3, 3).await;
+    let serve = world.serve("quorumguard-0", &SWEEPING).await;
+    let judged = without_match_condition(&world.vwc, "not-kcp-teardown");
+    must_replace(
+        &world.admin,
+        &webhook_at(&judged, serve.addr, &world.ca_pem),
+    )
+    .await;
+    world.wait_called(&serve).await;
+    let admin = &world.admin;
+    conditions_when(admin, "Healthy", |c| {
+        condition(c, ETCD_QUORUM).is_some_and(|(reason, _)| reason == "Healthy")
+    })
+    .await;
+    let control_plane: Vec<String> = members.iter().map(|m| format!("test-{m}")).collect();
+    as_cluster_api_keeps_them(&world, &control_plane, None).await;
+    let alice = world.env.client_as(ALICE).await;
+    guard_refuses_deleting(
+        &alice,
+        &control_plane[0],
+        "alice deletes a control-plane Machine before the teardown",
+    )
+    .await;
+
+    teardown_until_kcp(&world, None).await;
+    conditions_when(admin, "WaitForTeardown", |c| {
+        condition(c, NEXT_ACTION).is_some_and(|(reason, _)| reason == "WaitForTeardown")
+    })
+    .await;
+    let before = serve.reviews(MACHINES).await;
+    let kcp = world.env.client_as(KCP_CONTROLLER).await;
+    kcp_tears_down_all(&kcp, &control_plane, "the guard up").await;
+    let after = serve.reviews(MACHINES).await;
+    let judged: std::collections::BTreeMap<&str, u64> = after
+        .iter()
+        .map(|(reason, n)| {
+            (
+                reason.as_str(),
+                n - before.get(reason).copied().unwrap_or(0),
+            )
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(
+        judged,
+        [("ClusterDeleting", 3)].into_iter().collect(),
+        "each of KCP's teardown deletions reached the guard and was allowed as ClusterDeleting"
+    );
+    teardown_finishes(&world, &control_plane).await;
+}
