@@ -103,7 +103,15 @@ fn states() -> Vec<(ControlPlane, String)> {
             let voting: Vec<V> = vm
                 .iter()
                 .zip(&classes)
-                .flat_map(|(k, (h, owner))| std::iter::repeat_n(V { h: *h, owner: *owner }, *k))
+                .flat_map(|(k, (h, owner))| {
+                    std::iter::repeat_n(
+                        V {
+                            h: *h,
+                            owner: *owner,
+                        },
+                        *k,
+                    )
+                })
                 .collect();
             for learners in [vec![], vec![Owner::Active], vec![Owner::Orphan]] {
                 for extra in [Extra::None, Extra::NodeNoMember, Extra::NeverJoined] {

@@ -26,8 +26,8 @@ use clap::{Args, ValueEnum};
 use crate::dumps::{self, DumpFiles};
 use crate::engine::{ControlPlane, Operation, Policy, Requester, decide, next_action};
 
-pub(crate) use render::{table, tolerance_cell};
 pub use render::{render_header, render_members, render_next_action, render_quorum, render_text};
+pub(crate) use render::{table, tolerance_cell};
 pub use report::{
     ControlPlaneOut, FiguresOut, MachineOut, MemberOut, NextActionOut, QuorumOut, Report, SCHEMA,
     VerdictOut,

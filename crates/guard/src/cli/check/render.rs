@@ -59,10 +59,7 @@ pub(crate) fn tolerance_cell(ft: i64) -> String {
 
 /// A message of several lines under a heading: every line indented by `indent`.
 pub(crate) fn indented(message: &str, indent: &str) -> String {
-    message
-        .lines()
-        .map(|l| format!("{indent}{l}\n"))
-        .collect()
+    message.lines().map(|l| format!("{indent}{l}\n")).collect()
 }
 
 fn or_dash(v: Option<String>) -> String {
