@@ -214,10 +214,10 @@ pub(super) fn judge_scale_down(
         Safety::Safe | Safety::Unknown if after.optimistic() >= quorum_of_target => Safety::Unknown,
         _ => Safety::Unsafe,
     };
-    let which = if removed_names.is_empty() {
-        "no Machine".to_string()
-    } else {
-        format!("Machines {}", removed_names.join(", "))
+    let which = match removed_names.as_slice() {
+        [] => "no Machine".to_string(),
+        [one] => format!("Machine {one}"),
+        many => format!("Machines {}", many.join(", ")),
     };
     match safety {
         Safety::Safe => Judgement::allow(

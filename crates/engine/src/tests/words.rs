@@ -215,6 +215,28 @@ fn every_denial_opens_with_a_short_line_and_the_detail_follows() {
     assert!(n > 100_000, "only {n} states");
 }
 
+/// "KCP removes Machines a, b" names two or more; one is "Machine a".
+#[test]
+fn a_list_of_machines_agrees_with_its_count() {
+    for_every_state(|c, ctx| {
+        for (what, v) in verdicts(c) {
+            for (i, _) in v.message.match_indices("Machines ") {
+                let rest = &v.message[i + "Machines ".len()..];
+                let name = rest.split_whitespace().next().unwrap_or("");
+                let bare = name.trim_end_matches([';', ')', '.', ':']);
+                // "Machines a, b": the first name ends with a comma. Anything else after
+                // "Machines " is a sentence ("Machines being deleted", "4 Machines for 3").
+                let is_machine = c.machines.iter().any(|m| m.name == bare);
+                assert!(
+                    !is_machine || name.ends_with(','),
+                    "{what}: one Machine named as many: {:?}\n{ctx}",
+                    v.message
+                );
+            }
+        }
+    });
+}
+
 #[test]
 fn no_negative_fault_tolerance_anywhere() {
     for_every_state(|c, ctx| {
