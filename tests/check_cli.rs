@@ -933,7 +933,7 @@ mod preflight {
         );
         assert!(
             out.contains(&format!(
-                "  next: Machine demo/{M2} has an unhealthy etcd member"
+                "  next: Ask KCP to replace Machine demo/{M2}, which has an unhealthy etcd member"
             )),
             "{out}"
         );

@@ -416,6 +416,9 @@ pub struct Policy {
     /// promoted by kubeadm) before it counts as stalled: then it is promoted by hand or its
     /// Machine is replaced.
     pub learner_grace: Duration,
+    /// The control plane was read from dumps (`check`, offline `preflight`), not from a live
+    /// etcd: advice names new dumps, never a probe the guard cannot take.
+    pub offline: bool,
 }
 
 impl Default for Policy {
@@ -428,6 +431,7 @@ impl Default for Policy {
             max_health_age: Duration::from_secs(60),
             join_grace: Duration::from_secs(600),
             learner_grace: Duration::from_secs(900),
+            offline: false,
         }
     }
 }

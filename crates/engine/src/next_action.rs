@@ -301,14 +301,16 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     if cp.kcp.etcd == EtcdTopology::External {
         return NextAction::new(
             ActionCode::None,
-            format!("KubeadmControlPlane {kcp} uses external etcd: nothing for quorumguard to do"),
+            format!(
+                "No action needed: KubeadmControlPlane {kcp} uses external etcd, which quorumguard does not guard"
+            ),
         );
     }
     if cp.cluster.deleting || cp.kcp.deleting {
         return NextAction::new(
             ActionCode::WaitForTeardown,
             format!(
-                "{} is being deleted: let the teardown finish",
+                "Let the teardown finish: {} is being deleted",
                 if cp.cluster.deleting {
                     format!("Cluster {ns}/{}", cp.cluster.name)
                 } else {
@@ -322,7 +324,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
             return NextAction::new(
                 ActionCode::CheckEtcdHealth,
                 format!(
-                    "the etcd member list of KubeadmControlPlane {kcp} is unknown ({reason}): check that etcd answers, e.g. `etcdctl member list` on a control-plane node"
+                    "Check that etcd answers, e.g. `etcdctl member list` on a control-plane node: the etcd member list of KubeadmControlPlane {kcp} is unknown ({reason})"
                 ),
             );
         }
@@ -338,7 +340,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         return NextAction::new(
             ActionCode::RestoreQuorum,
             format!(
-                "etcd of KubeadmControlPlane {kcp} has lost quorum: {} healthy of {} voting members, quorum {}. Membership cannot change without quorum: bring the stopped members back if their data is intact, otherwise restore etcd from a snapshot (https://etcd.io/docs/v3.4/op-guide/recovery/). Do not delete Machines that still hold members.",
+                "Restore quorum: etcd of KubeadmControlPlane {kcp} has lost it ({} healthy of {} voting members, quorum {}), and membership cannot change without it. Bring the stopped members back if their data is intact, otherwise restore etcd from a snapshot (https://etcd.io/docs/v3.4/op-guide/recovery/). Do not delete Machines that still hold members.",
                 tally.healthy,
                 tally.voting(),
                 quorum::quorum(tally.voting())
@@ -371,7 +373,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
             return NextAction::new(
                 ActionCode::WaitForJoin,
                 format!(
-                    "etcd member {} of KubeadmControlPlane {kcp} has been added but has not started (Machine {ns}/{}, the newest without an etcd member, was {} the member counts as failed): wait for it to join",
+                    "Wait for etcd member {} of KubeadmControlPlane {kcp} to join: it has been added but has not started (Machine {ns}/{}, the newest without an etcd member, was {} the member counts as failed)",
                     u.id,
                     m.name,
                     clock.bound(m, policy.join_grace, "--join-grace"),
@@ -395,8 +397,8 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
                 "while it stays, etcd refuses every further learner (\"too many learner members in cluster\"), so every KCP scale-up and rollout sticks (cluster-api #13221, #13667)".to_string()
             } else {
                 format!(
-                    "it votes but cannot: etcd's fault tolerance is {} with it and KCP counts it as an unhealthy member, which blocks its scale-ups, rollouts and remediation (cluster-api #5509)",
-                    quorum::tolerance(tally.voting(), tally.healthy)
+                    "it votes but cannot: with it etcd has {} and KCP counts it as an unhealthy member, which blocks its scale-ups, rollouts and remediation (cluster-api #5509)",
+                    quorum::tolerance_words(tally.voting(), tally.healthy, tally.unknown)
                 )
             };
             let then = failed.map_or(String::new(), |m| {
@@ -408,7 +410,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
             return remove_member(
                 u,
                 format!(
-                    "etcd member {} of KubeadmControlPlane {kcp} was added but never started{}, and no Machine is joining ({why}): remove it from etcd. Removing a member that never started changes no healthy count; {blocks}.{then}",
+                    "Remove etcd member {} of KubeadmControlPlane {kcp} from etcd: it was added but never started{}, and no Machine is joining ({why}). Removing a member that never started changes no healthy count; {blocks}.{then}",
                     u.id,
                     if u.is_learner { " (a learner)" } else { "" },
                 ),
@@ -420,7 +422,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         return NextAction::new(
             ActionCode::WaitForJoin,
             format!(
-                "Machine {ns}/{} is new and has no etcd member yet ({} without one it counts as failed and is replaced): wait for it to join",
+                "Wait for Machine {ns}/{} to join: it is new and has no etcd member yet ({} without one it counts as failed and is replaced)",
                 m.name,
                 clock.bound(m, policy.join_grace, "--join-grace"),
             ),
@@ -436,7 +438,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
                 return NextAction::new(
                     ActionCode::DeleteMachine,
                     format!(
-                        "Machine {ns}/{} has a node but its etcd member is already gone, and KubeadmControlPlane {kcp} has {} Machines for {desired} replicas: delete the Machine to finish the interrupted step.",
+                        "Delete Machine {ns}/{} to finish the interrupted step: it has a node but its etcd member is already gone, and KubeadmControlPlane {kcp} has {} Machines for {desired} replicas.",
                         m.name,
                         active.len()
                     ),
@@ -462,7 +464,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
                 remove_member(
                     o,
                     format!(
-                        "etcd member {} (id {}) of KubeadmControlPlane {kcp} belongs to no Machine: remove it from etcd.",
+                        "Remove etcd member {} (id {}) of KubeadmControlPlane {kcp} from etcd: it belongs to no Machine.",
                         o.display_name(),
                         o.id
                     ),
@@ -486,7 +488,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
             return NextAction::new(
                 ActionCode::WaitForDeletion,
                 format!(
-                    "Machine {ns}/{} is being deleted: wait for KCP to drain its node, remove its etcd member and finish the deletion (its member can leave safely: {} healthy of {} voting members).",
+                    "Wait for KCP to finish deleting Machine {ns}/{}: it drains the node, removes the etcd member and deletes the Machine (its member can leave safely: {} healthy of {} voting members).",
                     m.name,
                     tally.healthy,
                     tally.voting()
@@ -505,13 +507,13 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         return NextAction::new(
             ActionCode::CheckEtcdHealth,
             format!(
-                "Machine {ns}/{} is being deleted, but its member {} cannot leave safely ({} healthy of {} voting members, quorum {}), and KCP replaces no Machine while a deletion is pending: nothing moves until the other members are healthy. Bring back etcd on {} (its static pod and kubelet on the node), then KCP finishes the deletion by itself. Check them: `etcdctl endpoint health --cluster`",
+                "Bring back etcd on {} (its static pod and kubelet on the node), then KCP finishes the deletion by itself: Machine {ns}/{} is being deleted, but its member {} cannot leave safely ({} healthy of {} voting members, quorum {}), and KCP replaces no Machine while a deletion is pending, so nothing moves until the other members are healthy. Check them: `etcdctl endpoint health --cluster`",
+                down,
                 m.name,
                 member.display_name(),
                 tally.healthy,
                 tally.voting(),
                 quorum::quorum(tally.voting()),
-                down
             ),
         )
         .with(m.name.clone(), None);
@@ -541,7 +543,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
             return NextAction::new(
                 ActionCode::WaitForLearner,
                 format!(
-                    "etcd member {} (id {}) of KubeadmControlPlane {kcp} is a learner catching up ({whose} {ns}/{}, {} it counts as stalled): wait for it to be promoted before changing membership",
+                    "Wait for etcd member {} (id {}) of KubeadmControlPlane {kcp} to be promoted before changing membership: it is a learner catching up ({whose} {ns}/{}, {} it counts as stalled)",
                     l.display_name(),
                     l.id,
                     m.name,
@@ -559,7 +561,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
                 return NextAction::new(
                     ActionCode::PromoteLearner,
                     format!(
-                        "etcd member {} (id {}) is still a learner, and its Machine {ns}/{} was {}, past --learner-grace {learner_grace}: its join was interrupted after `member add`, and nobody will promote it. It is healthy and has caught up: promote it (it becomes a healthy voter: {} healthy of {} voting members, quorum {}). etcd refuses if it has fallen behind again; then replace its Machine.",
+                        "Promote etcd member {} (id {}), a learner nobody will promote: its Machine {ns}/{} was {}, past --learner-grace {learner_grace}, so its join was interrupted after `member add`. It is healthy and has caught up, and becomes a healthy voter ({} healthy of {} voting members, quorum {}). etcd refuses if it has fallen behind again; then replace its Machine.",
                         l.display_name(),
                         l.id,
                         owner.name,
@@ -575,7 +577,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
                 return NextAction::new(
                     ActionCode::CheckEtcdHealth,
                     format!(
-                        "etcd member {} (id {}) of Machine {ns}/{} is still a learner past --learner-grace {learner_grace}, and its health is unknown: it is promoted when healthy and caught up, its Machine replaced otherwise. Check it: `etcdctl endpoint status --cluster`",
+                        "Check etcd member {} (id {}) of Machine {ns}/{} with `etcdctl endpoint status --cluster`: it is still a learner past --learner-grace {learner_grace}, and its health is unknown; it is promoted when healthy and caught up, its Machine replaced otherwise.",
                         l.display_name(),
                         l.id,
                         owner.name
@@ -631,7 +633,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
             return NextAction::new(
                 ActionCode::RemediateMachine,
                 format!(
-                    "Machine {ns}/{} {problem}: ask KCP to replace it (remediation keeps etcd quorum: {} healthy of {} voting members, quorum {}).",
+                    "Ask KCP to replace Machine {ns}/{}, which {problem} (remediation keeps etcd quorum: {} healthy of {} voting members, quorum {}).",
                     m.name,
                     tally.healthy,
                     tally.voting(),
@@ -646,7 +648,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         return NextAction::new(
             ActionCode::CheckEtcdHealth,
             format!(
-                "etcd of KubeadmControlPlane {kcp}: {} of {} voting members are known healthy (quorum {}); {} unknown, {} unhealthy. Check them: `etcdctl endpoint health --cluster`",
+                "Check the etcd members of KubeadmControlPlane {kcp} with `etcdctl endpoint health --cluster`: {} of {} voting members are known healthy (quorum {}); {} unknown, {} unhealthy.",
                 tally.healthy,
                 tally.voting(),
                 quorum::quorum(tally.voting()),
@@ -659,7 +661,7 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
         return NextAction::new(
             ActionCode::WaitForRollout,
             format!(
-                "KubeadmControlPlane {kcp} has {} Machines for {desired} replicas: KCP is scaling; wait for it (it adds or removes one Machine at a time, each new one within --join-grace {join_grace})",
+                "Wait for KCP to finish scaling: KubeadmControlPlane {kcp} has {} Machines for {desired} replicas (it adds or removes one Machine at a time, each new one within --join-grace {join_grace})",
                 active.len()
             ),
         );
@@ -667,10 +669,10 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     NextAction::new(
         ActionCode::None,
         format!(
-            "KubeadmControlPlane {kcp} is converged: {} Machines, {} voting members, all healthy, fault tolerance {}",
+            "No action needed: KubeadmControlPlane {kcp} is converged: {} Machines, {} voting members, all healthy, {}",
             active.len(),
             tally.voting(),
-            quorum::tolerance(tally.voting(), tally.healthy)
+            quorum::tolerance_words(tally.voting(), tally.healthy, tally.unknown)
         ),
     )
 }
@@ -721,9 +723,13 @@ fn refused_remediation(
     let ns = &cp.kcp.namespace;
     let first = match not_healthy_names(cp.members(), stale) {
         Some(down) => format!(
-            "Either bring back etcd on {down} (then KCP's retry succeeds), or take the remediation request back so that KCP can go on"
+            "Bring back etcd on {down} (then KCP's retry succeeds), or take the remediation request of Machine {ns}/{} back so that KCP can go on",
+            m.name
         ),
-        None => "Take the remediation request back so that KCP can go on".to_string(),
+        None => format!(
+            "Take the remediation request of Machine {ns}/{} back so that KCP can go on",
+            m.name
+        ),
     };
     let cmd = format!(
         "kubectl annotate machine -n {ns} {} {ANNOTATION_REMEDIATE}-",
@@ -749,7 +755,7 @@ fn refused_remediation(
         NextAction::new(
             ActionCode::CheckEtcdHealth,
             format!(
-                "KCP is remediating Machine {ns}/{} and quorumguard refuses that deletion ({}: {} healthy of {} voting members, quorum {}); KCP retries it and does nothing else until it succeeds. {first}: `{cmd}`.{sicker}",
+                "{first}: `{cmd}`. KCP is remediating Machine {ns}/{} and quorumguard refuses that deletion ({}: {} healthy of {} voting members, quorum {}); KCP retries it and does nothing else until it succeeds.{sicker}",
                 m.name,
                 j.reason,
                 tally.healthy,
@@ -782,7 +788,7 @@ fn free_space(cp: &ControlPlane, members: &[Member], stale: bool) -> Option<Next
         NextAction::new(
             ActionCode::FreeSpace,
             format!(
-                "etcd of KubeadmControlPlane {} has a NOSPACE alarm (raised by {}): its database reached the space quota, and the whole cluster serves only reads and deletes, so the workload API server cannot write. Replacing a Machine does not help: a new member receives the same data and hits the same quota. Free space instead: compact the history, defragment every member, then disarm the alarm; if the database is still close to the quota after that, raise --quota-backend-bytes on every member (kubeadm: etcd.local.extraArgs) first.",
+                "Free space in etcd of KubeadmControlPlane {}, which has a NOSPACE alarm (raised by {}): its database reached the space quota, and the whole cluster serves only reads and deletes, so the workload API server cannot write. Replacing a Machine does not help: a new member receives the same data and hits the same quota. Instead, compact the history, defragment every member, then disarm the alarm; if the database is still close to the quota after that, raise --quota-backend-bytes on every member (kubeadm: etcd.local.extraArgs) first.",
                 cp.kcp_shown(),
                 names.join(", ")
             ),

@@ -14,6 +14,41 @@ pub fn tolerance(voting: usize, healthy: usize) -> i64 {
     healthy as i64 - quorum(voting) as i64
 }
 
+/// Fault tolerance as a reader should meet it: "fault tolerance N" while the healthy members
+/// form a quorum, and otherwise how far they fall short, never a negative tolerance: "quorum
+/// lost by N" when every member's health is known, "quorum not proven: N healthy short" when
+/// some is unknown (those may be healthy).
+pub fn tolerance_words(voting: usize, healthy: usize, unknown: usize) -> ToleranceWords {
+    ToleranceWords {
+        voting,
+        healthy,
+        unknown,
+    }
+}
+
+/// [`tolerance_words`], written straight into the message that shows it.
+#[derive(Clone, Copy, Debug)]
+pub struct ToleranceWords {
+    voting: usize,
+    healthy: usize,
+    unknown: usize,
+}
+
+impl std::fmt::Display for ToleranceWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let q = quorum(self.voting);
+        if self.healthy >= q {
+            return write!(f, "fault tolerance {}", self.healthy - q);
+        }
+        let short = q - self.healthy;
+        if self.unknown == 0 {
+            write!(f, "quorum lost by {short}")
+        } else {
+            write!(f, "quorum not proven: {short} healthy short")
+        }
+    }
+}
+
 /// Counts of voting members by health.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
@@ -260,6 +295,16 @@ mod tests {
         assert_eq!(tolerance(3, 2), 0);
         assert_eq!(tolerance(3, 1), -1);
         assert_eq!(tolerance(5, 5), 2);
+        // Never a negative tolerance in words.
+        assert_eq!(tolerance_words(3, 3, 0).to_string(), "fault tolerance 1");
+        assert_eq!(tolerance_words(3, 2, 0).to_string(), "fault tolerance 0");
+        assert_eq!(tolerance_words(3, 1, 0).to_string(), "quorum lost by 1");
+        assert_eq!(tolerance_words(3, 0, 0).to_string(), "quorum lost by 2");
+        assert_eq!(
+            tolerance_words(3, 1, 2).to_string(),
+            "quorum not proven: 1 healthy short"
+        );
+        assert_eq!(tolerance_words(0, 0, 0).to_string(), "quorum lost by 1");
     }
 
     #[test]

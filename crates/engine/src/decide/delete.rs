@@ -68,7 +68,8 @@ pub(crate) fn judge_delete(
             );
             out.warnings.push(format!(
                 "break-glass used on {what} ({why:?}); without it this would be denied ({}): {}",
-                j.reason, j.message
+                j.reason,
+                one_line(&j.message)
             ));
             out.figures = j.figures;
             out
@@ -153,7 +154,7 @@ impl Shortfall {
         let Shortfall { remaining, desired } = *self;
         let ns = &cp.kcp.namespace;
         let mut message = format!(
-            "deleting Machine {ns}/{} would leave {remaining} working control-plane Machines (with an etcd member, or still joining) of KubeadmControlPlane {}, fewer than its spec.replicas {desired}; KCP would have to create a replacement while this deletion is still pending. To replace this Machine safely, annotate it and let KCP do it: `kubectl annotate machine -n {ns} {} {ANNOTATION_REMEDIATE}=\"\"`",
+            "deleting Machine {ns}/{} would leave KubeadmControlPlane {} with {remaining} working control-plane Machines, fewer than its spec.replicas {desired}.\nWorking: with an etcd member, or still joining. KCP would have to create a replacement while this deletion is still pending. To replace this Machine safely, annotate it and let KCP do it: `kubectl annotate machine -n {ns} {} {ANNOTATION_REMEDIATE}=\"\"`",
             m.name,
             cp.kcp_shown(),
             m.name,
@@ -241,7 +242,7 @@ pub(super) fn judge_delete_quorum(
         return Judgement::deny(
             Reason::QuorumLost,
             format!(
-                "etcd of KubeadmControlPlane {} has lost quorum ({}).{problems} {what} would throw away a surviving member's data, which recovery needs. Restore quorum first: restore etcd from a snapshot (https://etcd.io/docs/v3.4/op-guide/recovery/), or, if you accept the risk, set the annotation {ANNOTATION_BREAK_GLASS}=<reason> on the Machine.",
+                "{what} is refused: etcd of KubeadmControlPlane {} has lost quorum.\n{}.{problems} Deleting the Machine would throw away a surviving member's data, which recovery needs. Restore quorum first: restore etcd from a snapshot (https://etcd.io/docs/v3.4/op-guide/recovery/), or, if you accept the risk, set the annotation {ANNOTATION_BREAK_GLASS}=<reason> on the Machine.",
                 cp.kcp_shown(),
                 figures.shown()
             ),
@@ -253,7 +254,7 @@ pub(super) fn judge_delete_quorum(
         return Judgement::deny(
             Reason::LastMember,
             format!(
-                "{what} would remove {member_desc}, the last etcd member of KubeadmControlPlane {}: etcd and its data would be gone ({}).",
+                "{what} would remove the last etcd member of KubeadmControlPlane {}.\nIt removes {member_desc}: etcd and its data would be gone ({}).",
                 cp.kcp_shown(),
                 figures.shown()
             ),
@@ -300,7 +301,7 @@ pub(super) fn judge_delete_quorum(
         return Judgement::deny(
             Reason::WouldLoseQuorum,
             format!(
-                "{what} would lose etcd quorum of KubeadmControlPlane {}: it removes {member_desc}; {}.{problems}",
+                "{what} would lose etcd quorum of KubeadmControlPlane {}.\nIt removes {member_desc}; {}.{problems}",
                 cp.kcp_shown(),
                 figures.shown()
             ),
@@ -313,7 +314,7 @@ pub(super) fn judge_delete_quorum(
         return Judgement::deny(
             Reason::PendingJoin,
             format!(
-                "{what} is not safe while a new etcd member is about to join: {join}. Joins here are {}: a new member votes before it is healthy, so once it is in and {member_desc} has gone: voting {}, healthy {}, quorum {} ({}).{problems} Wait for {}the new member to join and be healthy, then try again.",
+                "{what} is not safe while a new etcd member is about to join.\n{join}. Joins here are {}: a new member votes before it is healthy, so once it is in and {member_desc} has gone: voting {}, healthy {}, quorum {} ({}).{problems} Wait for {}the new member to join and be healthy, then try again.",
                 cp.joins(),
                 left.voting() + 1,
                 left.healthy,
@@ -333,9 +334,9 @@ pub(super) fn judge_delete_quorum(
         return Judgement::deny(
             Reason::PendingDeletions,
             format!(
-                "{what} is not safe while other deletions are pending: {} still being deleted; if those members leave first, quorum of KubeadmControlPlane {} could be lost (after all of them: voting {}, healthy {}; {}).{problems} Wait for {} to finish, then try again.",
-                pending_names,
+                "{what} is not safe while other deletions of KubeadmControlPlane {} are pending.\n{} still being deleted; if those members leave first, quorum could be lost (after all of them: voting {}, healthy {}; {}).{problems} Wait for {} to finish, then try again.",
                 cp.kcp_shown(),
+                pending_names,
                 all.voting(),
                 all.healthy,
                 figures.shown(),

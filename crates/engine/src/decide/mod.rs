@@ -109,8 +109,10 @@ fn with_next_action_if_denied(
     j
 }
 
+/// A denial reads: its first line says what is refused and why in short, the lines after it
+/// the detail, and the last line the next safe action (kubectl shows the message as it is).
 fn append_next_action(message: &mut String, next: &NextAction) {
-    message.push_str(" Next safe action: ");
+    message.push_str("\nNext safe action: ");
     message.push_str(&next.message);
 }
 

@@ -24,6 +24,16 @@ pub(super) fn judge_update(
             format!("KubeadmControlPlane {kcp} is being deleted"),
         );
     }
+    if from != to
+        && let Some(why) = kcp_refuses(cp.kcp.etcd, to)
+    {
+        return Judgement::deny(
+            Reason::KcpRefusesReplicas,
+            format!(
+                "KCP's own webhook refuses spec.replicas {to} for KubeadmControlPlane {kcp}: {why}.\nIt refuses that count whatever etcd's health, so the change cannot happen. With stacked etcd KCP accepts odd counts only (1, 3, 5, ...)."
+            ),
+        );
+    }
     if cp.kcp.etcd == EtcdTopology::External {
         return Judgement::allow(
             Reason::ExternalEtcd,
@@ -58,6 +68,21 @@ pub(super) fn judge_update(
         }
     }
     j
+}
+
+/// Why KCP's own webhook refuses `spec.replicas` `to`, if it does: Cluster API v1.14
+/// `controlplane/kubeadm/internal/webhooks/kubeadm_control_plane.go`
+/// `validateKubeadmControlPlaneSpec` (run by `ValidateCreate` and `ValidateUpdate`, the scale
+/// subresource included) refuses replicas "less than or equal to 0", and replicas that are
+/// "an even number when etcd is stacked" (no `clusterConfiguration.etcd.external`).
+pub(super) fn kcp_refuses(etcd: EtcdTopology, to: u32) -> Option<&'static str> {
+    if to == 0 {
+        Some("spec.replicas \"cannot be less than or equal to 0\"")
+    } else if to % 2 == 0 && etcd == EtcdTopology::Stacked {
+        Some("spec.replicas \"cannot be an even number when etcd is stacked\"")
+    } else {
+        None
+    }
 }
 
 /// A warning when the rollout's first step (add one with maxSurge 1, delete one with maxSurge
@@ -177,7 +202,7 @@ pub(super) fn judge_scale_down(
         return Judgement::deny(
             Reason::QuorumLost,
             format!(
-                "{what}: etcd has lost quorum ({}).{problems} Restore quorum first (restore etcd from a snapshot).",
+                "{what} is refused: etcd has lost quorum.\n{}.{problems} Restore quorum first (restore etcd from a snapshot).",
                 figures.shown()
             ),
         )
@@ -189,10 +214,10 @@ pub(super) fn judge_scale_down(
         Safety::Safe | Safety::Unknown if after.optimistic() >= quorum_of_target => Safety::Unknown,
         _ => Safety::Unsafe,
     };
-    let which = if removed_names.is_empty() {
-        "no Machine".to_string()
-    } else {
-        format!("Machines {}", removed_names.join(", "))
+    let which = match removed_names.as_slice() {
+        [] => "no Machine".to_string(),
+        [one] => format!("Machine {one}"),
+        many => format!("Machines {}", many.join(", ")),
     };
     match safety {
         Safety::Safe => Judgement::allow(
@@ -206,7 +231,7 @@ pub(super) fn judge_scale_down(
         Safety::Unsafe => Judgement::deny(
             Reason::ScaleDownWouldLoseQuorum,
             format!(
-                "{what} could lose etcd quorum: in the worst case KCP removes {which}, leaving {} healthy of {} voting members, quorum {} (and {quorum_of_target} for {to} replicas); {}.{problems} Make the unhealthy members healthy or remediate them first, or annotate the Machines to remove with {ANNOTATION_DELETE_MACHINE}.",
+                "{what} could lose etcd quorum.\nIn the worst case KCP removes {which}, leaving {} healthy of {} voting members, quorum {} (and {quorum_of_target} for {to} replicas); {}.{problems} Make the unhealthy members healthy or remediate them first, or annotate the Machines to remove with {ANNOTATION_DELETE_MACHINE}.",
                 after.healthy,
                 after.voting(),
                 quorum(after.voting()),
@@ -248,7 +273,7 @@ pub(super) fn judge_scale_up(
         return Judgement::deny(
             Reason::QuorumLost,
             format!(
-                "{what}: etcd has lost quorum ({}).{problems} A new member cannot join; restore quorum first (restore etcd from a snapshot).",
+                "{what} is refused: etcd has lost quorum.\n{}.{problems} A new member cannot join; restore quorum first (restore etcd from a snapshot).",
                 figures.shown()
             ),
         )
@@ -279,7 +304,7 @@ pub(super) fn judge_scale_up(
             },
         );
         let detail = format!(
-            "{what} could lose etcd quorum while the first new member joins: once the members of the Machines being deleted ({} healthy, {} unknown) have left, {}.{problems}",
+            "{what} could lose etcd quorum while the first new member joins.\nOnce the members of the Machines being deleted ({} healthy, {} unknown) have left: {}.{problems}",
             leaving.healthy,
             leaving.unknown,
             figures.shown()
@@ -319,7 +344,7 @@ pub(super) fn judge_scale_up(
         Safety::Unsafe => Judgement::deny(
             Reason::ScaleUpWouldLoseQuorum,
             format!(
-                "{what} would lose etcd quorum while the first new member joins: it counts as a voting member before it is healthy; {}.{problems} Make every member healthy (or remediate the unhealthy one) first, then scale.",
+                "{what} would lose etcd quorum while the first new member joins.\nIt counts as a voting member before it is healthy; {}.{problems} Make every member healthy (or remediate the unhealthy one) first, then scale.",
                 figures.shown()
             ),
         )
@@ -354,7 +379,7 @@ fn judge_scale_up_learner(cp: &ControlPlane, from: u32, to: u32, policy: &Policy
         return Judgement::deny(
             Reason::QuorumLost,
             format!(
-                "{what}: etcd has lost quorum ({}).{problems} etcd adds no member without quorum; restore quorum first (bring the stopped members back if their data is intact, otherwise restore etcd from a snapshot).",
+                "{what} is refused: etcd has lost quorum.\n{}.{problems} etcd adds no member without quorum; restore quorum first (bring the stopped members back if their data is intact, otherwise restore etcd from a snapshot).",
                 figures.shown()
             ),
         )

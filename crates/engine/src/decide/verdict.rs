@@ -37,11 +37,13 @@ pub enum Reason {
     BelowDesiredReplicas,
     ScaleDownWouldLoseQuorum,
     ScaleUpWouldLoseQuorum,
+    /// A replica count KCP's own webhook refuses: 0 or less, or even with stacked etcd.
+    KcpRefusesReplicas,
 }
 
 impl Reason {
     /// Every reason, for documentation and exhaustive tests.
-    pub const ALL: [Reason; 25] = [
+    pub const ALL: [Reason; 26] = [
         Reason::NotControlPlane,
         Reason::AlreadyDeleting,
         Reason::ClusterDeleting,
@@ -67,6 +69,7 @@ impl Reason {
         Reason::BelowDesiredReplicas,
         Reason::ScaleDownWouldLoseQuorum,
         Reason::ScaleUpWouldLoseQuorum,
+        Reason::KcpRefusesReplicas,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -96,6 +99,7 @@ impl Reason {
             Reason::BelowDesiredReplicas => "BelowDesiredReplicas",
             Reason::ScaleDownWouldLoseQuorum => "ScaleDownWouldLoseQuorum",
             Reason::ScaleUpWouldLoseQuorum => "ScaleUpWouldLoseQuorum",
+            Reason::KcpRefusesReplicas => "KcpRefusesReplicas",
         }
     }
 
@@ -188,7 +192,7 @@ impl Figures {
         }
     }
 
-    /// "now voting 3, healthy 2, quorum 2, fault tolerance 0; after: voting 2, healthy 1, quorum 2, fault tolerance -1"
+    /// "now voting 3, healthy 2, quorum 2, fault tolerance 0; after: voting 2, healthy 1, quorum 2, quorum lost by 1"
     pub fn sentence(&self) -> String {
         self.shown().to_string()
     }
@@ -208,15 +212,20 @@ impl fmt::Display for Sentence<'_> {
         if s.unknown > 0 {
             write!(f, ", health unknown {}", s.unknown)?;
         }
+        // The members of unknown health left after the change: those before, less the ones it
+        // removes (at most all of them).
+        let unknown_after = s
+            .unknown
+            .min(s.voting_after.saturating_sub(s.healthy_after));
         write!(
             f,
-            ", quorum {}, fault tolerance {}; after: voting {}, healthy {}, quorum {}, fault tolerance {}",
+            ", quorum {}, {}; after: voting {}, healthy {}, quorum {}, {}",
             s.quorum,
-            s.tolerance,
+            quorum::tolerance_words(s.voting, s.healthy, s.unknown),
             s.voting_after,
             s.healthy_after,
             s.quorum_after,
-            s.tolerance_after
+            quorum::tolerance_words(s.voting_after, s.healthy_after, unknown_after)
         )
     }
 }

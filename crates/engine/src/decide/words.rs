@@ -37,6 +37,11 @@ pub(super) fn with_tolerance_warning(cp: &ControlPlane, mut j: Judgement) -> Jud
     j
 }
 
+/// A message on one line: a warning is shown as one (kubectl prints `Warning: ...`).
+pub(super) fn one_line(message: &str) -> String {
+    message.replace('\n', " ")
+}
+
 pub(super) fn is_stale(cp: &ControlPlane, policy: &Policy) -> bool {
     match &cp.etcd {
         EtcdState::Observed(s) => s.age.is_some_and(|a| a > policy.max_health_age),
@@ -116,16 +121,22 @@ pub(super) fn unknown_health(
     policy: &Policy,
     figures: Option<Figures>,
 ) -> Judgement {
+    let fresher = if policy.offline {
+        "Take the dumps again with the endpoint status and health included (`etcdctl endpoint status --cluster -w json`, `etcdctl endpoint health --cluster -w json`) and judge again"
+    } else {
+        "Wait for a fresh etcd probe"
+    };
     let msg = format!(
-        "cannot prove that {what} is safe: {detail} Wait for a fresh etcd probe, or check etcd with `etcdctl endpoint health --cluster`."
+        "cannot prove that {what} is safe: the health of the etcd members it depends on is not known.\n{detail} {fresher}, or check etcd with `etcdctl endpoint health --cluster`."
     );
     let mut j = match policy.on_unknown_health(requester) {
         OnUnknownHealth::Deny => Judgement::deny(Reason::HealthUnknown, msg),
         OnUnknownHealth::Allow => {
             let mut j = Judgement::allow(Reason::HealthUnknown, msg.clone());
             j.warnings.push(format!(
-                "allowed without proof of safety (policy for {}): {msg}",
-                requester.username
+                "allowed without proof of safety (policy for {}): {}",
+                requester.username,
+                one_line(&msg)
             ));
             j
         }

@@ -490,10 +490,14 @@ fn target_remove_another_member_missing_by_a_person() {
     }
 }
 
-/// A person raises spec.replicas by one member: the guard's counterpart of
-/// `targetEtcdClusterHealthy(addEtcdMember=true)`, the check before KCP adds a member.
+/// A person raises spec.replicas so that KCP adds a member: the guard's counterpart of
+/// `targetEtcdClusterHealthy(addEtcdMember=true)`, the check before KCP adds a member. KCP's own
+/// webhook refuses even counts with stacked etcd (`validateKubeadmControlPlaneSpec`), so the
+/// scale goes to the next odd count; KCP adds one member at a time, and the guard judges the
+/// first, as KCP's check does.
 fn add_one(c: &ControlPlane) -> Verdict {
-    scale(c, c.kcp.replicas + 1)
+    let r = c.kcp.replicas;
+    scale(c, r + if r % 2 == 0 { 1 } else { 2 })
 }
 
 const SCALE_UP: (bool, Reason) = (true, Reason::ScaleUpSafe);

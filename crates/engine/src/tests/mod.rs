@@ -8,6 +8,7 @@ mod next;
 mod oracle;
 mod replicas;
 mod rules;
+mod words;
 
 use crate::testkit::*;
 use crate::*;

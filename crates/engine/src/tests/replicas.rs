@@ -48,7 +48,11 @@ fn desired_replicas_rule() {
     add_machine(&mut c, "old");
     let v = delete(&c, "a", &human());
     assert_verdict(&v, false, Reason::BelowDesiredReplicas);
-    assert!(v.message.contains("leave 2 working"), "{}", v.message);
+    assert!(
+        v.message.contains("with 2 working control-plane Machines"),
+        "{}",
+        v.message
+    );
     assert_eq!(v.next_action.code, ActionCode::DeleteMachine);
     // For people the desired-replicas rule overrides MemberAbsent: 3 Machines for 3 replicas, one
     // of them without a member (gone, not joining): deleting it would leave 2 working Machines.
@@ -60,8 +64,9 @@ fn desired_replicas_rule() {
     assert_eq!(v.next_action.code, ActionCode::RemediateMachine);
     assert_eq!(v.next_action.target.as_deref(), Some("gone"));
     assert!(
-        v.message
-            .contains("Next safe action: Machine ns/gone has no etcd member"),
+        v.message.contains(
+            "\nNext safe action: Ask KCP to replace Machine ns/gone, which has no etcd member"
+        ),
         "{}",
         v.message
     );

@@ -26,8 +26,8 @@ use clap::{Args, ValueEnum};
 use crate::dumps::{self, DumpFiles};
 use crate::engine::{ControlPlane, Operation, Policy, Requester, decide, next_action};
 
-pub(crate) use render::table;
 pub use render::{render_header, render_members, render_next_action, render_quorum, render_text};
+pub(crate) use render::{table, tolerance_cell};
 pub use report::{
     ControlPlaneOut, FiguresOut, MachineOut, MemberOut, NextActionOut, QuorumOut, Report, SCHEMA,
     VerdictOut,
@@ -251,6 +251,11 @@ pub fn analyse_with(
     now: i64,
 ) -> anyhow::Result<Report> {
     let cp = loaded.control_plane;
+    // Dumps, not a live etcd: advice names new dumps, never a probe `check` cannot take.
+    let policy = &Policy {
+        offline: true,
+        ..policy.clone()
+    };
     let mut verdicts = Vec::new();
     for w in what_ifs {
         let op = operation(&cp, w)?;

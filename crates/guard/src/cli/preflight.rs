@@ -134,7 +134,11 @@ pub fn run(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
     let (report, predictions) = match &args.dumps {
         Some(dumps) => {
             let loaded = dumps.load(args.kcp.as_deref())?;
-            let p = rollout::preflight(&loaded.control_plane, &policy, now);
+            let offline = crate::engine::Policy {
+                offline: true,
+                ..policy.clone()
+            };
+            let p = rollout::preflight(&loaded.control_plane, &offline, now);
             let one = ControlPlanePreflight::new(&loaded.control_plane, &p, None);
             (PreflightReport::new(vec![one], loaded.warnings), vec![p])
         }

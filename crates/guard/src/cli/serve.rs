@@ -236,6 +236,7 @@ impl ServeArgs {
                 max_health_age: self.max_health_age,
                 join_grace: self.grace.join_grace,
                 learner_grace: self.grace.learner_grace,
+                offline: false,
             },
             reservation_ttl: self.reservation_ttl,
             shutdown_delay: self.shutdown_delay,

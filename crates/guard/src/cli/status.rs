@@ -136,7 +136,10 @@ pub struct ProbeArgs {
 ///       "error": "..." | null,        // why it failed, with what to do when that is known
 ///       "transport": "direct",        // "port-forward" | "direct": the Cluster's
 ///                                     //  quorumguard.io/etcd-transport, else the flag
-///       "tookMs": 35 | null
+///       "tookMs": 35 | null,          // the whole probe
+///       "memberListMs": 12 | null,    // of it, the member list
+///       "slowestMember": "m3" | null, // then every member in parallel: the slowest one
+///       "slowestMemberMs": 23 | null
 ///     },
 ///     "conditions": [ ... ]           // the quorumguard.io/EtcdQuorum and NextAction conditions
 ///   }],                               //  the status enricher would publish, as metav1.Condition
@@ -171,6 +174,9 @@ pub struct ProbeOut {
     pub error: Option<String>,
     pub transport: String,
     pub took_ms: Option<u64>,
+    pub member_list_ms: Option<u64>,
+    pub slowest_member: Option<String>,
+    pub slowest_member_ms: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

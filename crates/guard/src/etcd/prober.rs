@@ -84,6 +84,12 @@ pub struct Probe {
     pub members: Vec<Member>,
     /// How long the probe took.
     pub took: Duration,
+    /// How long the member list took (from the start, the head starts of slow endpoints
+    /// included).
+    pub member_list_took: Duration,
+    /// The member whose status and health took longest (asked in parallel, after the member
+    /// list), and how long: where the rest of `took` went (a frozen member takes the deadline).
+    pub slowest_member: Option<(String, Duration)>,
     /// Things a human may want to know that did not stop the probe (an endpoint that did not
     /// answer the member list, a failed alarm list, an alarm naming an unknown member).
     pub warnings: Vec<String>,
@@ -208,6 +214,7 @@ impl Prober {
                     return Err(e);
                 }
             };
+        let member_list_took = start.elapsed();
         for f in failures {
             warnings.push(format!("member list: {f}"));
         }
@@ -236,13 +243,15 @@ impl Prober {
 
         let timeout_text = timeout_text.as_str();
         let reports = join_all(members.iter().zip(&targets).map(|(m, target)| async move {
-            match target {
+            let asked = Instant::now();
+            let report = match target {
                 Some(url) => Some(
                     self.probe_member(url, m.is_learner, start, end, timeout_text)
                         .await,
                 ),
                 None => None,
-            }
+            };
+            (report, asked.elapsed())
         }));
         let alarms = async {
             let mut client = list_client;
@@ -259,7 +268,7 @@ impl Prober {
             Either::Left((reports, alarms)) => {
                 let any_leader = reports
                     .iter()
-                    .flatten()
+                    .filter_map(|(r, _)| r.as_ref())
                     .any(|r| r.status.as_ref().is_ok_and(|s| s.leader != 0));
                 let alarms = if any_leader {
                     alarms.await
@@ -270,6 +279,14 @@ impl Prober {
             }
             Either::Right((alarms, reports)) => (reports.await, alarms),
         };
+        let (reports, member_took): (Vec<_>, Vec<_>) = reports.into_iter().unzip();
+        let slowest_member = members
+            .iter()
+            .zip(&targets)
+            .zip(&member_took)
+            .filter(|((_, target), _)| target.is_some())
+            .max_by_key(|(_, took)| **took)
+            .map(|((m, _), took)| (m.display_name(), *took));
 
         let alarms: Vec<(u64, Alarm)> = match alarms {
             Ok(resp) => resp
@@ -333,6 +350,8 @@ impl Prober {
         Ok(Probe {
             members,
             took: start.elapsed(),
+            member_list_took,
+            slowest_member,
             warnings,
             member_list_from: from,
         })

@@ -393,6 +393,14 @@ async fn sweep_one(
                     tracing::info!(namespace = %t.namespace, cluster = %t.cluster, warning = %w, "etcd probe");
                 }
                 state.set_probe_duration(&t.namespace, &t.cluster, probe.took);
+                state.set_probe_timing(
+                    &t.namespace,
+                    &t.cluster,
+                    crate::state::ProbeTiming {
+                        member_list: probe.member_list_took,
+                        slowest_member: probe.slowest_member.clone(),
+                    },
+                );
                 state.observe_probe(
                     &t.namespace,
                     &t.cluster,

@@ -26,7 +26,7 @@ use index::{Index, key_of};
 use probes::Origin;
 
 pub use lookup::{Lookup, ProbeTarget};
-pub use probes::HealthEntry;
+pub use probes::{HealthEntry, ProbeTiming};
 
 /// `(namespace, name)`.
 pub type Key = (String, String);
@@ -88,6 +88,8 @@ pub struct ClusterState {
     probe_errors: RwLock<HashMap<Key, String>>,
     /// Cluster key -> how long its latest probe took.
     probe_took: RwLock<HashMap<Key, Duration>>,
+    /// Cluster key -> where the time of its latest probe went.
+    probe_timing: RwLock<HashMap<Key, ProbeTiming>>,
     /// Notified when a control-plane Machine appears or goes: the prober sweeps soon after.
     machines_changed: tokio::sync::Notify,
     /// Cluster key -> what its probes have established ([`ClusterState::observe_probe`]).

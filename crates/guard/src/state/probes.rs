@@ -15,6 +15,15 @@ pub struct HealthEntry {
     pub taken_unix: i64,
 }
 
+/// Where the time of one probe went: the member list first, then every member asked in
+/// parallel (see `crate::etcd::prober`), so the slowest member accounts for the rest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeTiming {
+    pub member_list: Duration,
+    /// The member whose status and health took longest, and how long.
+    pub slowest_member: Option<(String, Duration)>,
+}
+
 /// When this state was made: beliefs are judged at times measured from it.
 pub(super) struct Origin(Instant);
 
@@ -124,6 +133,24 @@ impl ClusterState {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert((namespace.to_string(), cluster.to_string()), took);
+    }
+
+    /// Records where the time of the latest probe of Cluster `namespace/name` went (for
+    /// `status`).
+    pub fn set_probe_timing(&self, namespace: &str, cluster: &str, timing: ProbeTiming) {
+        self.probe_timing
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((namespace.to_string(), cluster.to_string()), timing);
+    }
+
+    /// Where the time of the latest probe of Cluster `namespace/name` went.
+    pub fn probe_timing(&self, namespace: &str, cluster: &str) -> Option<ProbeTiming> {
+        self.probe_timing
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(namespace.to_string(), cluster.to_string()))
+            .cloned()
     }
 
     /// How long the latest probe of Cluster `namespace/name` took.

@@ -159,7 +159,7 @@ fn unstarted_voting_member_without_a_machine_is_removed() {
     d.member_list = etcd("learner-unstarted", "member-list.json", voter);
     let a = d.next(OLD);
     assert_etcdctl(&a, ActionCode::RemoveOrphanMember, "remove");
-    assert_says(&a, "fault tolerance is 0");
+    assert_says(&a, "with it etcd has fault tolerance 0");
     assert_says(&a, "#5509");
 }
 
@@ -199,7 +199,7 @@ fn stalled_learner_is_promoted_when_caught_up_else_replaced() {
     assert_etcdctl(&a, ActionCode::PromoteLearner, "promote");
     assert_says(
         &a,
-        "it becomes a healthy voter: 4 healthy of 4 voting members, quorum 3",
+        "becomes a healthy voter (4 healthy of 4 voting members, quorum 3)",
     );
     // Behind the leader (raft index 3 of 34): etcd would refuse; its Machine is replaced.
     let mut behind = Dumps::of("learner", objects(unchanged, &[]));

@@ -47,6 +47,21 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A fault tolerance in a table cell: the number while quorum holds, `lost by N` (N healthy
+/// members short of a quorum) otherwise, never a negative number.
+pub(crate) fn tolerance_cell(ft: i64) -> String {
+    if ft >= 0 {
+        ft.to_string()
+    } else {
+        format!("lost by {}", ft.unsigned_abs())
+    }
+}
+
+/// A message of several lines under a heading: every line indented by `indent`.
+pub(crate) fn indented(message: &str, indent: &str) -> String {
+    message.lines().map(|l| format!("{indent}{l}\n")).collect()
+}
+
 fn or_dash(v: Option<String>) -> String {
     v.unwrap_or_else(|| "-".into())
 }
@@ -64,12 +79,12 @@ pub fn render_text(r: &Report) -> String {
     out.push_str(&render_quorum(r, false));
     for v in &r.verdicts {
         out.push_str(&format!(
-            "\nWhat if {} (as {}): {} ({})\n  {}\n",
+            "\nWhat if {} (as {}): {} ({})\n{}",
             v.what_if,
             v.requester,
             if v.allowed { "ALLOWED" } else { "DENIED" },
             v.reason,
-            v.message
+            indented(&v.message, "  ")
         ));
         for w in &v.warnings {
             out.push_str(&format!("  warning: {w}\n"));
@@ -195,7 +210,7 @@ pub fn render_quorum(r: &Report, members: bool) -> String {
         None => String::new(),
     };
     format!(
-        "\nQuorum: {}voting {}, healthy {}, quorum {}, fault tolerance {} (unhealthy {}, unknown {}, learners {}){}\n{member_add}",
+        "\nQuorum: {}voting {}, healthy {}, quorum {}, {} (unhealthy {}, unknown {}, learners {}){}\n{member_add}",
         if members {
             format!("members {}, ", q.members)
         } else {
@@ -204,7 +219,7 @@ pub fn render_quorum(r: &Report, members: bool) -> String {
         q.voting,
         q.healthy,
         q.quorum,
-        q.fault_tolerance,
+        crate::engine::quorum::tolerance_words(q.voting, q.healthy, q.unknown),
         q.unhealthy,
         q.unknown,
         q.learners,
@@ -221,7 +236,8 @@ pub fn render_quorum(r: &Report, members: bool) -> String {
 /// `Next action: CODE` and its message (which ends with `Run: <command>` when there is one).
 pub fn render_next_action(r: &Report) -> String {
     format!(
-        "\nNext action: {}\n  {}\n",
-        r.next_action.code, r.next_action.message
+        "\nNext action: {}\n{}",
+        r.next_action.code,
+        indented(&r.next_action.message, "  ")
     )
 }

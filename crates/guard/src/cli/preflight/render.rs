@@ -54,7 +54,8 @@ fn steps_of(c: &ControlPlanePreflight) -> String {
             out.push_str(&steps_table(c, start));
             out.push_str(
                 "\nV/H/L: voting, healthy voting and learner members after the step; FT: fault \
-                 tolerance (healthy - quorum), 0 = one more failure loses quorum.\n",
+                 tolerance (healthy - quorum), 0 = one more failure loses quorum, \"lost by N\" = N healthy \
+                 members short of a quorum.\n",
             );
         }
     }
@@ -67,7 +68,7 @@ fn steps_table(c: &ControlPlanePreflight, start: CountsOut) -> String {
         vec![
             format!("{}/{}/{}", k.voting, k.healthy, k.learners),
             k.quorum.to_string(),
-            k.fault_tolerance.to_string(),
+            crate::cli::check::tolerance_cell(k.fault_tolerance),
         ]
     };
     let dash = || "-".to_string();

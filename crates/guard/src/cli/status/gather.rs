@@ -121,6 +121,8 @@ impl Probed {
         let ns = &cp.kcp.namespace;
         let cluster = &cp.cluster.name;
         let probe_error = self.state.probe_error(ns, cluster);
+        let timing = self.state.probe_timing(ns, cluster);
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         ProbeOut {
             result: match (&cp.etcd, cp.kcp.etcd) {
                 (_, EtcdTopology::External) => ProbeResult::NotProbed,
@@ -142,10 +144,16 @@ impl Probed {
                     Err(_) => annotation.cloned().unwrap_or_default(),
                 }
             },
-            took_ms: self
-                .state
-                .probe_duration(ns, cluster)
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            took_ms: self.state.probe_duration(ns, cluster).map(ms),
+            member_list_ms: timing.as_ref().map(|t| ms(t.member_list)),
+            slowest_member: timing
+                .as_ref()
+                .and_then(|t| t.slowest_member.as_ref())
+                .map(|(name, _)| name.clone()),
+            slowest_member_ms: timing
+                .as_ref()
+                .and_then(|t| t.slowest_member.as_ref())
+                .map(|(_, d)| ms(*d)),
         }
     }
 }
