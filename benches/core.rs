@@ -15,7 +15,8 @@ use quorumguard::admission::Webhook;
 use quorumguard::admission::review::{self, Endpoint};
 use quorumguard::capi::{parse_cluster, parse_kcp, parse_machine};
 use quorumguard::engine::model::{
-    Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology, Health, Kcp, Machine, Member,
+    Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology, Health, HealthCheck,
+    HealthChecks, Kcp, Machine, Member,
 };
 use quorumguard::engine::{Operation, Policy, Requester, admit_deletion, decide, next_action};
 use quorumguard::state::{ClusterState, Object};
@@ -63,6 +64,7 @@ fn control_plane(n: usize) -> ControlPlane {
             version: Some("v1.33.1".into()),
             etcd_learner_mode: None,
         },
+        health_checks: HealthChecks::Known(vec![HealthCheck::covering("c-mhc", &machines)]),
         machines,
         etcd: EtcdState::Observed(EtcdSnapshot {
             members,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use quorumguard::engine::model::{
     Alarm, Cluster, ControlPlane, DEFAULT_KCP_CONTROLLER, EtcdSnapshot, EtcdState, EtcdTopology,
-    Health, Kcp, Machine, Member, Policy, Requester,
+    Health, HealthCheck, HealthChecks, Kcp, Machine, Member, Policy, Requester,
 };
 use quorumguard::engine::quorum::Tally;
 use quorumguard::engine::{ActionCode, Operation, Reason, decide, next_action};
@@ -581,7 +581,7 @@ const NOSPACE_ERROR: &str = "etcdserver: mvcc: database space exceeded";
 /// The engine's control plane for a probe: one KCP Machine per member, named after it (as
 /// kubeadm names members after nodes), created an hour ago, the probe taken just now.
 fn control_plane_of(p: &Probe, now_unix: i64) -> ControlPlane {
-    ControlPlane {
+    let mut cp = ControlPlane {
         cluster: Cluster {
             name: "c1".into(),
             deleting: false,
@@ -608,7 +608,11 @@ fn control_plane_of(p: &Probe, now_unix: i64) -> ControlPlane {
             members: p.members.clone(),
             age: Some(Duration::ZERO),
         }),
-    }
+        health_checks: HealthChecks::Known(Vec::new()),
+    };
+    // A MachineHealthCheck covers the control plane, so that a remediation can happen.
+    cp.health_checks = HealthChecks::Known(vec![HealthCheck::covering("kcp-mhc", &cp.machines)]);
+    cp
 }
 
 /// etcdctl's `endpoint status -w json` of one endpoint: its status.

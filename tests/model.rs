@@ -50,6 +50,21 @@ fn ci() -> Bounds {
         probe_lag: 1,
         election_probes: 2,
         leftovers: 0,
+        health_check: vec![true],
+    }
+}
+
+/// No MachineHealthCheck at the start: the next action asks for one before any remediation,
+/// and the person following it creates it. Current KCP, one member failure, no probe failures,
+/// crashes or rollouts (the CI bounds with a MachineHealthCheck have those).
+fn without_health_check() -> Bounds {
+    Bounds {
+        styles: vec![Style::Current],
+        probe_failures: 0,
+        crashes: 0,
+        rollouts: 0,
+        health_check: vec![false],
+        ..ci()
     }
 }
 
@@ -255,6 +270,14 @@ fn etcd_with_pr_21641_keeps_every_property() {
     check_all("etcd 3.5.30", config(relaxed_etcd(), Bugs::default()));
 }
 
+#[test]
+fn without_a_machine_health_check_the_advice_asks_for_one() {
+    check_all(
+        "no MachineHealthCheck",
+        config(without_health_check(), Bugs::default()),
+    );
+}
+
 /// The larger run: 1, 3 or 5 members.
 fn big() -> Bounds {
     Bounds {
@@ -319,6 +342,12 @@ fn bounds_from_env() -> Bounds {
             "probe_lag" => b.probe_lag = n(),
             "election_probes" => b.election_probes = n(),
             "leftovers" => b.leftovers = n(),
+            "health_check" => {
+                b.health_check = v
+                    .split('/')
+                    .map(|x| x.parse().expect("true or false"))
+                    .collect()
+            }
             _ => panic!("unknown bound {k}"),
         }
     }

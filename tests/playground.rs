@@ -153,6 +153,39 @@ fn unsafe_manual_delete_is_denied_and_remediation_converges() {
     });
 }
 
+/// No MachineHealthCheck: the next action asks for one (`EnableRemediation`), the annotation
+/// alone makes KCP delete nothing, and once the MachineHealthCheck exists KCP remediates the
+/// frozen Machine, its deletion allowed.
+#[test]
+fn without_a_machine_health_check_the_annotation_does_nothing_until_one_exists() {
+    let _slot = support::etcd::slot();
+    support::etcd::runtime().block_on(async {
+        let dir = TempDir::new("pg-no-mhc");
+        let (world, tl) = play("remediate-without-mhc", dir.path()).await;
+        let text = tl.text();
+        assert!(
+            text.contains("NextAction EnableRemediation"),
+            "the timeline shows the EnableRemediation action:\n{text}"
+        );
+        let calls = world.webhooks.calls();
+        let deletions: Vec<_> = calls.iter().filter(|c| c.resource == "machines").collect();
+        // One deletion only, KCP's, after the MachineHealthCheck was created; allowed.
+        assert_eq!(deletions.len(), 1, "{deletions:?}");
+        assert_eq!(deletions[0].user, kcp_controller());
+        assert!(deletions[0].allowed, "{:?}", deletions[0]);
+        assert_eq!(world.health_checks().len(), 1);
+        let names = machine_names(&world);
+        assert!(!names.contains(&deletions[0].name));
+        let c = world.conditions();
+        assert_eq!((c.quorum_reason(), c.action()), ("Healthy", "None"));
+        let (members, learner) = members(&world).await;
+        assert_eq!(members, names);
+        assert_eq!(members.len(), 3);
+        assert!(!learner);
+        world.shutdown().await;
+    });
+}
+
 #[test]
 fn scaling_with_a_member_down_waits_for_it() {
     let _slot = support::etcd::slot();

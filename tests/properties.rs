@@ -257,6 +257,7 @@ fn build(w: &World) -> ControlPlane {
             version: Some("v1.33.1".into()),
             etcd_learner_mode: None,
         },
+        health_checks: HealthChecks::Known(vec![HealthCheck::covering("kcp-mhc", &machines)]),
         machines,
         etcd,
     }

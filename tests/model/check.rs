@@ -175,7 +175,8 @@ impl Checked {
         let (code, target) = Checked::published(s);
         let who = match code {
             ActionCode::DeleteMachine => Who::Person,
-            ActionCode::RemediateMachine => Who::Kcp,
+            // Creating the MachineHealthCheck leads to KCP remediating the Machine named.
+            ActionCode::RemediateMachine | ActionCode::EnableRemediation => Who::Kcp,
             _ => return None,
         };
         let target = target?;
@@ -364,7 +365,11 @@ impl Model for Checked {
             for etcd in &b.etcds {
                 for n in &b.sizes {
                     for surge in &b.max_surges {
-                        out.push(State::converged(*style, *etcd, *n, *surge, left));
+                        for covered in &b.health_check {
+                            let mut s = State::converged(*style, *etcd, *n, *surge, left);
+                            s.health_check = *covered;
+                            out.push(s);
+                        }
                     }
                 }
             }
@@ -524,6 +529,9 @@ pub fn summary(s: &State) -> String {
     if !s.reserved.is_empty() {
         let r: Vec<String> = s.reserved.iter().map(|r| name(r.machine.slot)).collect();
         guard.push_str(&format!(", reserved deletions {}", r.join(" ")));
+    }
+    if !s.health_check {
+        guard.push_str(", no MachineHealthCheck");
     }
     let (code, target) = Checked::published(s);
     format!(

@@ -331,6 +331,16 @@ impl Config {
                 });
                 Some(())
             }
+            // No MachineHealthCheck would pass the remediation on: the person creates one for
+            // the control plane (the one the next action points to), then the next action names
+            // the annotation.
+            ActionCode::EnableRemediation if !n.health_check => {
+                n.health_check = true;
+                say.line(|| {
+                    format!("a person follows the next action: creates a MachineHealthCheck covering the control plane (for Machine {target})")
+                });
+                Some(())
+            }
             // KCP retries a remediation the guard refuses and does nothing else (v1.14): the
             // next action names taking the request back, with the command.
             ActionCode::CheckEtcdHealth

@@ -46,6 +46,10 @@ pub struct Bounds {
     /// `member add`, after it before the member starts, or before its promotion), or a
     /// Machine that goes without its member being removed (older KCP).
     pub leftovers: u8,
+    /// Whether a MachineHealthCheck covers the control plane's Machines at the start (one run
+    /// per value): without one a remediate-machine annotation does nothing, and the next
+    /// action says to create one (a person following it does).
+    pub health_check: Vec<bool>,
 }
 
 /// Planted bugs: each makes the guard (or a person) wrong in one known way, to show that the

@@ -11,7 +11,7 @@ use quorumguard::engine::etcd_version::{AddMemberRule, member_add_refusal};
 use quorumguard::engine::kcp::{KcpMachine, MemberFit};
 use quorumguard::engine::{
     ANNOTATION_REMEDIATE, Belief, Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology,
-    Health, Kcp, Machine, Member, failed_view,
+    Health, HealthCheck, HealthChecks, Kcp, Machine, Member, failed_view,
 };
 
 /// The present, as Unix seconds, for every engine call. The model has no clock: a Machine is
@@ -167,6 +167,11 @@ pub struct State {
     pub probes_since_lost: u8,
     /// The step that lost quorum although no failure excuses it.
     pub lost_by: Option<String>,
+    /// A MachineHealthCheck covers the control plane's Machines (its selector takes every
+    /// control-plane Machine, so new ones too; it never short-circuits). Without one KCP
+    /// remediates nothing (Cluster API v1.14: only what a MachineHealthCheck marked). The guard
+    /// sees it at once (its watch's lag is not modelled).
+    pub health_check: bool,
 }
 
 pub fn name(slot: u8) -> String {
@@ -244,6 +249,7 @@ impl State {
             removed_since_failure: 0,
             probes_since_lost: u8::MAX,
             lost_by: None,
+            health_check: true,
         }
     }
 
@@ -378,7 +384,7 @@ impl State {
                 outdated: m.version < self.version,
                 node: m.node,
                 deleting: m.deleting,
-                remediate: m.remediate,
+                remediate: m.remediate && self.health_check,
                 delete_first: false,
                 member: match self.member(m.slot) {
                     _ if !quorum => MemberFit::Unhealthy,
@@ -399,14 +405,20 @@ impl State {
 
     /// The control plane as the status enricher sees it: the cache and the latest probe.
     pub fn enricher_view(&self) -> ControlPlane {
-        control_plane(
+        let mut cp = control_plane(
             self.style,
             self.cache_machines.iter().map(engine_machine).collect(),
             self.cache_replicas,
             self.cache_version,
             self.max_surge,
             self.etcd_view(),
-        )
+        );
+        cp.health_checks = HealthChecks::Known(if self.health_check {
+            vec![HealthCheck::covering("kcp-mhc", &cp.machines)]
+        } else {
+            Vec::new()
+        });
+        cp
     }
 
     /// The control plane as the webhook judges a review on it: the enricher's view with the
@@ -562,5 +574,6 @@ pub fn control_plane(
         },
         machines,
         etcd,
+        health_checks: HealthChecks::Known(Vec::new()),
     }
 }

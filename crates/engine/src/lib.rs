@@ -11,6 +11,7 @@ pub mod kcp;
 pub mod model;
 pub mod next_action;
 pub mod quorum;
+pub mod remediation;
 pub mod rollout;
 
 pub use confirm::{Belief, Confirmation, Judged};
@@ -19,6 +20,7 @@ pub use fresh::{failed_view, fresh_view};
 pub use joins::{JoinBasis, JoinStyle, Joins};
 pub use model::*;
 pub use next_action::{ActionCode, NextAction, next_action};
+pub use remediation::{Coverage, Held, coverage};
 
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;

@@ -306,6 +306,91 @@ pub struct ControlPlane {
     pub kcp: Kcp,
     pub machines: Vec<Machine>,
     pub etcd: EtcdState,
+    /// The MachineHealthChecks that may pass a remediation on to KCP ([`crate::remediation`]).
+    pub health_checks: HealthChecks,
+}
+
+/// What is known of the MachineHealthChecks of a control plane's Cluster. In Cluster API KCP
+/// replaces only a Machine that a MachineHealthCheck marked (`OwnerRemediated`), and the
+/// `cluster.x-k8s.io/remediate-machine` annotation is read by the MachineHealthCheck reconciler
+/// only (v1.14 `core/reconcilers/machinehealthcheck/machinehealthcheck_targets.go`,
+/// `needsRemediation`): without one that covers a Machine, the annotation does nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HealthChecks {
+    /// Not read (e.g. the guard may not list them, or a dump has none of that kind and says
+    /// nothing of them): whether remediation can happen is not known. The reason says which.
+    Unknown { reason: String },
+    /// Read: the MachineHealthChecks of the Cluster that target at least one Machine of this
+    /// control plane (empty: none does).
+    Known(Vec<HealthCheck>),
+}
+
+/// One MachineHealthCheck, reduced to what decides whether it passes a remediation on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// Its name (in the KubeadmControlPlane's namespace, as its `spec.clusterName` requires).
+    pub name: String,
+    /// The Machines of this control plane it targets: its `spec.selector` and
+    /// `spec.clusterName` match them, and they carry neither `cluster.x-k8s.io/paused` nor
+    /// `cluster.x-k8s.io/skip-remediation` (v1.14 `getTargetsFromMHC`, `shouldSkipRemediation`).
+    pub targets: Vec<String>,
+    /// Annotated `cluster.x-k8s.io/paused`: its reconciler does nothing.
+    pub paused: bool,
+    /// When it allows remediation at all (its short-circuit).
+    pub trigger: Trigger,
+    /// `status.expectedMachines` and `status.expectedMachines - status.currentHealthy` as it
+    /// last reported them; `None` before it has reported (then the targets here and those
+    /// annotated for remediation are counted instead).
+    pub counts: Option<HealthCheckCounts>,
+}
+
+/// What a MachineHealthCheck counted at its last reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthCheckCounts {
+    /// Every Machine it targets (workers too, when its selector takes them).
+    pub expected: u32,
+    /// Those not counted healthy: unhealthy, marked for remediation, or not started yet.
+    pub unhealthy: u32,
+}
+
+/// A MachineHealthCheck's short-circuit (v1.14 `isAllowedRemediation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// v1beta2 `spec.remediation.triggerIf.unhealthyLessThanOrEqualTo` (v1beta1
+    /// `spec.maxUnhealthy`), default 100%: remediation only while at most this many targets
+    /// are unhealthy.
+    AtMost(Limit),
+    /// v1beta2 `spec.remediation.triggerIf.unhealthyInRange` (v1beta1 `spec.unhealthyRange`),
+    /// `[min-max]`: remediation only while the unhealthy count is within.
+    InRange { min: u32, max: u32 },
+}
+
+/// A number of Machines, or a percentage of the targets (rounded down, as
+/// `intstr.GetScaledValueFromIntOrPercent(.., false)` does in `getMaxUnhealthy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    Count(u32),
+    Percent(u32),
+}
+
+impl HealthCheck {
+    /// A MachineHealthCheck named `name` that targets every one of `machines` and never
+    /// short-circuits (the default trigger, 100%), before its first count.
+    pub fn covering<'a>(name: &str, machines: impl IntoIterator<Item = &'a Machine>) -> Self {
+        HealthCheck {
+            name: name.to_string(),
+            targets: machines.into_iter().map(|m| m.name.clone()).collect(),
+            paused: false,
+            trigger: Trigger::default(),
+            counts: None,
+        }
+    }
+}
+
+impl Default for Trigger {
+    fn default() -> Self {
+        Trigger::AtMost(Limit::Percent(100))
+    }
 }
 
 impl ControlPlane {

@@ -8,6 +8,7 @@ use std::fmt;
 use super::decide::{Reason, Words, judge_delete};
 use super::model::*;
 use super::quorum::{self, Safety, Tally};
+use super::remediation::{self, Coverage};
 
 /// Stable codes of the next action (the `reason` of the NextAction condition).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -38,6 +39,9 @@ pub enum ActionCode {
     RemoveOrphanMember,
     /// A Machine whose member is unhealthy (or missing): let KCP replace it.
     RemediateMachine,
+    /// A Machine KCP should replace, but no MachineHealthCheck would pass its remediation on to
+    /// KCP (none covers it, or the one that does is paused or short-circuited): fix that first.
+    EnableRemediation,
     /// Machines and spec.replicas differ: KCP is scaling or rolling out.
     WaitForRollout,
 }
@@ -45,7 +49,7 @@ pub enum ActionCode {
 impl ActionCode {
     /// Every code, for documentation and exhaustive tests (the status tests check it is
     /// complete).
-    pub const ALL: [ActionCode; 13] = [
+    pub const ALL: [ActionCode; 14] = [
         ActionCode::None,
         ActionCode::WaitForTeardown,
         ActionCode::CheckEtcdHealth,
@@ -58,6 +62,7 @@ impl ActionCode {
         ActionCode::PromoteLearner,
         ActionCode::RemoveOrphanMember,
         ActionCode::RemediateMachine,
+        ActionCode::EnableRemediation,
         ActionCode::WaitForRollout,
     ];
 
@@ -75,6 +80,7 @@ impl ActionCode {
             ActionCode::PromoteLearner => "PromoteLearner",
             ActionCode::RemoveOrphanMember => "RemoveOrphanMember",
             ActionCode::RemediateMachine => "RemediateMachine",
+            ActionCode::EnableRemediation => "EnableRemediation",
             ActionCode::WaitForRollout => "WaitForRollout",
         }
     }
@@ -115,6 +121,20 @@ impl NextAction {
         }
         self.target = Some(target);
         self.command = command;
+        self
+    }
+}
+
+impl NextAction {
+    /// A remediation whose MachineHealthChecks were not read: says so, since the annotation
+    /// works only through one.
+    fn unless_known(mut self, cp: &ControlPlane, m: &Machine) -> NextAction {
+        if let Coverage::Unknown(reason) = remediation::coverage(cp, m) {
+            self.message.push_str(&format!(
+                " Whether a MachineHealthCheck covers Machine {}/{} is not known ({reason}): the annotation takes effect only through one (`kubectl get machinehealthchecks -n {}`).",
+                cp.kcp.namespace, m.name, cp.kcp.namespace
+            ));
+        }
         self
     }
 }
@@ -602,8 +622,10 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
     }
 
     // A Machine whose member is unhealthy, a stalled learner, or that never got a member: KCP
-    // replaces it.
+    // replaces it, if a MachineHealthCheck passes the remediation on. The first such Machine
+    // that none would pass on is named only when no other can be replaced.
     let mut ctl = None;
+    let mut unremediable = None;
     for m in &active {
         let problem = match cp.member_of(m) {
             None => Some(Problem::NoMember),
@@ -626,6 +648,10 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
                 now_unix,
             )
         {
+            if let Some(missing) = remediation::missing(cp, m) {
+                unremediable.get_or_insert((*m, problem, missing));
+                continue;
+            }
             let cmd = format!(
                 "kubectl annotate machine -n {ns} {} {ANNOTATION_REMEDIATE}=\"\"",
                 m.name
@@ -640,8 +666,19 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
                     quorum::quorum(tally.voting())
                 ),
             )
-            .with(m.name.clone(), Some(cmd));
+            .with(m.name.clone(), Some(cmd))
+            .unless_known(cp, m);
         }
+    }
+    if let Some((m, problem, (missing, cmd))) = unremediable {
+        return NextAction::new(
+            ActionCode::EnableRemediation,
+            format!(
+                "Machine {ns}/{} {problem}: KCP should replace it, but {missing}",
+                m.name
+            ),
+        )
+        .with(m.name.clone(), cmd);
     }
 
     if tally.unknown > 0 || tally.unhealthy > 0 {
@@ -711,10 +748,13 @@ fn refused_remediation(
     if cp.machines.len() <= 1 {
         return None;
     }
+    // KCP remediates only what a MachineHealthCheck marked: an annotation none passes on holds
+    // nothing.
     let m = active
         .iter()
         .copied()
         .filter(|m| m.annotation(ANNOTATION_REMEDIATE).is_some())
+        .filter(|m| remediation::may_remediate(cp, m))
         .min_by_key(|m| kcp_healthy(m))?;
     let j = judge_delete(cp, m, &controller(policy), policy, now_unix, Words::All);
     if j.allowed || j.reason == Reason::PendingJoin {
@@ -740,6 +780,7 @@ fn refused_remediation(
     let sicker = active
         .iter()
         .filter(|o| o.name != m.name && o.annotation(ANNOTATION_REMEDIATE).is_none())
+        .filter(|o| remediation::may_remediate(cp, o))
         .find(|o| {
             cp.member_of(o).is_some_and(|x| {
                 matches!(quorum::effective_ref(x, stale), HealthRef::Unhealthy(_))

@@ -74,6 +74,15 @@ pub fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
             members: Vec::new(),
             age: None,
         }),
+        // A MachineHealthCheck that covers every Machine `add_machine` adds and never
+        // short-circuits: remediation works, as the rules' tests assume.
+        health_checks: HealthChecks::Known(vec![HealthCheck {
+            name: "kcp-mhc".into(),
+            targets: Vec::new(),
+            paused: false,
+            trigger: Trigger::default(),
+            counts: None,
+        }]),
     };
     for (i, (name, h)) in members.iter().enumerate() {
         add_machine(&mut c, name);
@@ -82,7 +91,13 @@ pub fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
     c
 }
 
+/// Adds a Machine; the first MachineHealthCheck (if any is known) covers it.
 pub fn add_machine(c: &mut ControlPlane, name: &str) -> usize {
+    if let HealthChecks::Known(checks) = &mut c.health_checks
+        && let Some(hc) = checks.first_mut()
+    {
+        hc.targets.push(name.to_string());
+    }
     let mut m = Machine::new(name);
     m.created_unix = Some(NOW - 3600 + c.machines.len() as i64);
     c.machines.push(m);

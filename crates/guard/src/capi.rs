@@ -19,6 +19,7 @@
 //! This file keeps the kinds' names, the errors, the versions and the entry points from a value.
 
 mod fields;
+mod mhc;
 mod objects;
 mod parts;
 #[cfg(test)]
@@ -31,6 +32,10 @@ use thiserror::Error;
 
 use crate::engine::{Cluster, Kcp, Machine};
 
+pub use mhc::{
+    ANNOTATION_PAUSED, ANNOTATION_SKIP_REMEDIATION, CapiHealthCheck, KIND_MHC, Selector,
+    health_checks_of, is_health_check, parse_health_check,
+};
 pub use objects::{
     CapiCluster, CapiKcp, CapiMachine, cluster_from_parts, kcp_from_parts, machine_from_parts,
     scale_replicas, starts_rollout,

@@ -1,7 +1,8 @@
 //! The dumps a support engineer gets -> one [`ControlPlane`], so `quorumguard check` can judge
 //! a cluster it cannot reach with the same engine the webhook uses.
 //!
-//! Objects: what `kubectl get kubeadmcontrolplanes,machines,clusters -n NS -o yaml` prints (a
+//! Objects: what `kubectl get kubeadmcontrolplanes,machines,clusters,machinehealthchecks -n NS
+//! -o yaml` prints (a
 //! `v1` `List`), multi-document YAML, or JSON (a List or single objects), in v1beta2 or
 //! v1beta1. etcd: the `etcdctl` outputs parsed in [`etcdctl`]. Dumps are taken as the present:
 //! the snapshot has no age.
@@ -15,13 +16,13 @@ use serde::Deserialize;
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::capi::{self, CapiCluster, CapiError, CapiKcp, CapiMachine};
-use crate::engine::{Cluster, ControlPlane, EtcdState, LABEL_CONTROL_PLANE};
+use crate::capi::{self, CapiCluster, CapiError, CapiHealthCheck, CapiKcp, CapiMachine};
+use crate::engine::{Cluster, ControlPlane, EtcdState, HealthChecks, LABEL_CONTROL_PLANE};
 use etcdctl::EtcdctlError;
 
 /// The command whose output `--objects` expects, for messages.
 pub const KUBECTL_GET: &str =
-    "kubectl get kubeadmcontrolplanes,machines,clusters -n NAMESPACE -o yaml";
+    "kubectl get kubeadmcontrolplanes,machines,clusters,machinehealthchecks -n NAMESPACE -o yaml";
 
 /// Every message names the file and what is wrong with it.
 #[derive(Debug, Error)]
@@ -78,7 +79,9 @@ pub struct Objects {
     pub kcps: Vec<CapiKcp>,
     pub machines: Vec<CapiMachine>,
     pub clusters: Vec<CapiCluster>,
-    /// "Kind namespace/name" of objects that are not a KCP, Machine or Cluster.
+    pub health_checks: Vec<CapiHealthCheck>,
+    /// "Kind namespace/name" of objects that are not a KCP, Machine, Cluster or
+    /// MachineHealthCheck.
     pub ignored: Vec<String>,
 }
 
@@ -209,6 +212,10 @@ fn add_object(objects: &mut Objects, v: &Value, what: &str, file: &str) -> Resul
         objects
             .clusters
             .push(capi::parse_cluster(v).map_err(object_err)?);
+    } else if capi::is_health_check(v) {
+        objects
+            .health_checks
+            .push(capi::parse_health_check(v).map_err(object_err)?);
     } else {
         objects.ignored.push(capi::describe(v));
     }
@@ -292,6 +299,7 @@ pub fn control_plane(
     let ns = &kcp.object.namespace;
     let mut seen = BTreeSet::new();
     let mut machines = Vec::new();
+    let mut capi_machines = Vec::new();
     for m in objects
         .machines
         .iter()
@@ -301,6 +309,7 @@ pub fn control_plane(
             Some(n) if n == kcp.object.name => {
                 if seen.insert(m.machine.name.clone()) {
                     machines.push(m.machine.clone());
+                    capi_machines.push(m);
                 } else {
                     warnings.push(format!(
                         "{} appears more than once: the first one is used",
@@ -365,12 +374,30 @@ pub fn control_plane(
             }
         }
     };
+    // A dump says nothing of the MachineHealthChecks it does not hold: none may exist, or they
+    // were not dumped.
+    let health_checks = if objects.health_checks.is_empty() {
+        HealthChecks::Unknown {
+            reason: format!(
+                "the objects dump holds no MachineHealthCheck: none exists, or they were not dumped (`kubectl get machinehealthchecks -n {ns} -o yaml`)"
+            ),
+        }
+    } else {
+        HealthChecks::Known(capi::health_checks_of(
+            objects
+                .health_checks
+                .iter()
+                .filter(|h| &h.object.namespace == ns),
+            &capi_machines,
+        ))
+    };
     (
         ControlPlane {
             cluster,
             kcp: kcp.kcp.clone(),
             machines,
             etcd,
+            health_checks,
         },
         warnings,
     )

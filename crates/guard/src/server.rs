@@ -166,7 +166,9 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
     let state = Arc::new(ClusterState::new());
     let mut tasks = Vec::new();
 
-    for kind in Kind::ALL {
+    // MachineHealthChecks are watched too, but readiness waits only for the kinds a review
+    // needs (Kind::ALL): a guard that may not list them still judges.
+    for kind in Kind::WATCHED {
         metrics.set_cache_synced(kind.as_str(), false);
         let (c, s, m, r) = (
             client.clone(),

@@ -439,6 +439,15 @@ pub fn machine_resource() -> ApiResource {
     v1beta2("cluster.x-k8s.io", "Machine", "machines")
 }
 
+/// `cluster.x-k8s.io/v1beta2` MachineHealthCheck.
+pub fn health_check_resource() -> ApiResource {
+    v1beta2(
+        "cluster.x-k8s.io",
+        "MachineHealthCheck",
+        "machinehealthchecks",
+    )
+}
+
 /// `controlplane.cluster.x-k8s.io/v1beta2` KubeadmControlPlane.
 pub fn kcp_resource() -> ApiResource {
     v1beta2(

@@ -129,9 +129,10 @@ impl KcpController {
                 .delete(&target, "quorumguard's NextAction is DeleteMachine for it")
                 .await;
         }
+        // Only what a MachineHealthCheck marked: the annotation alone does nothing.
         if let Some(m) = machines
             .iter()
-            .find(|m| m.has_annotation(REMEDIATE_ANNOTATION))
+            .find(|m| m.has_annotation(REMEDIATE_ANNOTATION) && m.remediable)
         {
             let name = m.name.clone();
             return self

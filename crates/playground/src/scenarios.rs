@@ -28,7 +28,7 @@ use super::timeline::Timeline;
 use super::truth::Truth;
 use super::world::{NEW_VERSION, OLD_VERSION, World, WorldError, WorldOptions};
 use remediate::remediate_second;
-use stories::{scale_with_member_down, unsafe_manual_delete, upgrade_stuck};
+use stories::{remediate_without_mhc, scale_with_member_down, unsafe_manual_delete, upgrade_stuck};
 
 pub use show::{print_admissions, print_call, show_status, watch};
 
@@ -49,6 +49,8 @@ pub struct Seeded {
     pub members: usize,
     pub replicas: usize,
     pub version: &'static str,
+    /// A MachineHealthCheck covers the control plane.
+    pub health_check: bool,
 }
 
 /// Three healthy members, three Machines, three replicas, at [`OLD_VERSION`].
@@ -56,6 +58,7 @@ pub const THREE: Seeded = Seeded {
     members: 3,
     replicas: 3,
     version: OLD_VERSION,
+    health_check: true,
 };
 
 impl Scenario {
@@ -65,13 +68,14 @@ impl Scenario {
             members: self.start.members,
             replicas: Some(self.start.replicas),
             version: self.start.version,
+            health_check: self.start.health_check,
             ..options
         }
     }
 }
 
 /// Every scenario, the default first.
-pub const SCENARIOS: [Scenario; 4] = [
+pub const SCENARIOS: [Scenario; 5] = [
     Scenario {
         name: "upgrade-stuck",
         summary: "cluster-api #2651: a KCP v0.3-style rollout loses leader election between removing an etcd member and deleting its Machine; quorumguard names the way out and the rollout completes",
@@ -94,6 +98,15 @@ pub const SCENARIOS: [Scenario; 4] = [
             members: 2,
             replicas: 3,
             version: NEW_VERSION,
+            health_check: true,
+        },
+    },
+    Scenario {
+        name: "remediate-without-mhc",
+        summary: "one etcd member is frozen, and no MachineHealthCheck covers the control plane: the next action says to create one (annotating alone does nothing: KCP remediates only what a MachineHealthCheck marks); once it exists, KCP remediates the Machine",
+        start: Seeded {
+            health_check: false,
+            ..THREE
         },
     },
 ];
@@ -124,6 +137,7 @@ pub async fn run(world: Arc<World>, tl: &Timeline, name: &str) -> Result<(), Wor
         "unsafe-manual-delete" => unsafe_manual_delete(&world, tl).await,
         "scale-with-member-down" => scale_with_member_down(&world, tl).await,
         "remediate-second" => remediate_second(&world, tl).await,
+        "remediate-without-mhc" => remediate_without_mhc(&world, tl).await,
         other => Err(WorldError::Other(format!("no scenario named {other:?}"))),
     };
     watcher.abort();

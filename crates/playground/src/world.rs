@@ -70,7 +70,7 @@ use crate::engine::model::{DEFAULT_KCP_CONTROLLER, Policy};
 use crate::server;
 use child_serve::ChildPlan;
 use files::{webhook_certs, write_kubeconfig};
-use objects::seed;
+use objects::{seed, seed_health_check};
 use real::{real_webhooks, start_real};
 use serve::{Serve, serve_config};
 
@@ -179,6 +179,9 @@ pub struct WorldOptions {
     pub replicas: Option<usize>,
     /// The KCP's `spec.version` and the seeded Machines' (default [`OLD_VERSION`]).
     pub version: &'static str,
+    /// Seed a MachineHealthCheck that covers the control-plane Machines (default true):
+    /// without one the remediate-machine annotation does nothing, as in Cluster API.
+    pub health_check: bool,
 }
 
 /// The most members (and Machines) a world starts with.
@@ -204,6 +207,7 @@ impl WorldOptions {
             members: 3,
             replicas: None,
             version: OLD_VERSION,
+            health_check: true,
         }
     }
 }
@@ -330,6 +334,9 @@ impl World {
         };
         let replicas = options.replicas.unwrap_or(n);
         seed(&api, &etcd, &names, replicas, options.version).await?;
+        if options.health_check {
+            seed_health_check(&api).await?;
+        }
         let seeded = tokio::time::Instant::now();
 
         step("starting quorumguard serve (webhook, prober, status publisher)");

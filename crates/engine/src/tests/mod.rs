@@ -4,6 +4,7 @@ mod admit;
 mod capi;
 mod cases;
 mod exhaustive;
+mod mhc;
 mod next;
 mod oracle;
 mod replicas;

@@ -33,6 +33,8 @@ pub struct CapiMachine {
     pub control_plane_name: Option<String>,
     /// `status.addresses` of type InternalIP: where the direct etcd transport dials.
     pub internal_ips: Vec<String>,
+    /// `metadata.labels`: what a MachineHealthCheck's selector matches.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// A KubeadmControlPlane with the Cluster it names.
@@ -121,6 +123,7 @@ pub fn machine_from_parts(p: &ObjectParts) -> Result<CapiMachine, CapiError> {
         cluster_name,
         control_plane_name,
         internal_ips,
+        labels: labels.cloned().unwrap_or_default(),
     })
 }
 

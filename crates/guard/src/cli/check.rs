@@ -40,7 +40,7 @@ pub const DEFAULT_REQUESTER: &str = "kubernetes-admin";
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Collect the inputs with:
-  kubectl get kubeadmcontrolplanes,machines,clusters -n NAMESPACE -o yaml > objects.yaml
+  kubectl get kubeadmcontrolplanes,machines,clusters,machinehealthchecks -n NAMESPACE -o yaml > objects.yaml
   etcdctl member list -w json > member-list.json
   etcdctl endpoint status --cluster -w json > endpoint-status.json
   etcdctl endpoint health --cluster -w json > endpoint-health.json
@@ -80,8 +80,8 @@ pub struct CheckArgs {
 /// same flags for both.
 #[derive(Debug, Args)]
 pub struct DumpArgs {
-    /// Cluster API objects: `kubectl get kubeadmcontrolplanes,machines,clusters -o yaml` (a
-    /// List), multi-document YAML, or JSON; v1beta2 or v1beta1.
+    /// Cluster API objects: `kubectl get kubeadmcontrolplanes,machines,clusters,machinehealthchecks
+    /// -o yaml` (a List), multi-document YAML, or JSON; v1beta2 or v1beta1.
     #[arg(long, value_name = "FILE", env = "QUORUMGUARD_OBJECTS")]
     pub objects: PathBuf,
     /// `etcdctl member list -w json`. Empty, or etcdctl's error, when etcdctl failed (etcdctl

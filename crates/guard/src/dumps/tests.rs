@@ -123,3 +123,37 @@ fn choosing_among_several_kcps() {
     assert_eq!(cp.machines.len(), 3);
     assert_eq!(cp.kcp.namespace, "other");
 }
+
+/// A dump with a MachineHealthCheck: the control plane knows which one covers its Machines; a
+/// dump without one says it does not know (never "none").
+#[test]
+fn machine_health_checks_in_the_dump() {
+    let o = parse_objects(&objects_fixture("healthy.yaml"), "healthy.yaml").unwrap();
+    let k = select_kcp(&o, None, "f").unwrap();
+    let (cp, _) = control_plane(&o, k, EtcdState::Unknown { reason: "t".into() });
+    match &cp.health_checks {
+        HealthChecks::Unknown { reason } => {
+            assert!(reason.contains("holds no MachineHealthCheck"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let mhc = "apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineHealthCheck
+metadata: {name: demo-cp, namespace: demo}
+spec:
+  clusterName: demo
+  selector: {matchLabels: {cluster.x-k8s.io/control-plane: ''}}
+  remediation: {triggerIf: {unhealthyLessThanOrEqualTo: 1}}
+";
+    let text = format!("{}\n---\n{mhc}", objects_fixture("healthy.yaml"));
+    let o = parse_objects(&text, "with-mhc.yaml").unwrap();
+    assert_eq!(o.health_checks.len(), 1);
+    let k = select_kcp(&o, None, "f").unwrap();
+    let (cp, _) = control_plane(&o, k, EtcdState::Unknown { reason: "t".into() });
+    let HealthChecks::Known(checks) = &cp.health_checks else {
+        panic!("{:?}", cp.health_checks);
+    };
+    assert_eq!(checks.len(), 1);
+    assert_eq!(checks[0].name, "demo-cp");
+    assert_eq!(checks[0].targets.len(), 3, "{checks:?}");
+}

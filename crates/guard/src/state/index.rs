@@ -4,17 +4,18 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::{Key, Kind, Object};
-use crate::capi::{CapiCluster, CapiKcp, CapiMachine};
+use crate::capi::{CapiCluster, CapiHealthCheck, CapiKcp, CapiMachine};
 
 #[derive(Default)]
 pub(super) struct Index {
     pub(super) clusters: HashMap<Key, CapiCluster>,
     pub(super) kcps: HashMap<Key, CapiKcp>,
     pub(super) machines: HashMap<Key, CapiMachine>,
+    pub(super) health_checks: HashMap<Key, CapiHealthCheck>,
     /// KCP key -> names of its Machines.
     pub(super) by_kcp: HashMap<Key, BTreeSet<String>>,
     /// Objects of a relist in progress, per kind; swapped in at InitDone.
-    pub(super) relist: [Option<Vec<Object>>; 3],
+    pub(super) relist: [Option<Vec<Object>>; 4],
 }
 
 pub(super) fn key_of(o: &Object) -> Key {
@@ -22,6 +23,7 @@ pub(super) fn key_of(o: &Object) -> Key {
         Object::Cluster(c) => &c.object,
         Object::Kcp(k) => &k.object,
         Object::Machine(m) => &m.object,
+        Object::HealthCheck(h) => &h.object,
     };
     (r.namespace.clone(), r.name.clone())
 }
@@ -45,6 +47,9 @@ impl Index {
                         .insert(key.1.clone());
                 }
                 self.machines.insert(key, m);
+            }
+            Object::HealthCheck(h) => {
+                self.health_checks.insert(key, h);
             }
         }
     }
@@ -75,6 +80,9 @@ impl Index {
                 self.unlink_machine(key);
                 self.machines.remove(key);
             }
+            Kind::HealthCheck => {
+                self.health_checks.remove(key);
+            }
         }
     }
 
@@ -98,6 +106,7 @@ impl Index {
                 self.machines.clear();
                 self.by_kcp.clear();
             }
+            Kind::HealthCheck => self.health_checks.clear(),
         }
         for o in objects {
             self.upsert(o);

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::{ClusterState, Key, Kind};
-use crate::capi::CapiMachine;
-use crate::engine::{Cluster, ControlPlane, EtcdState};
+use crate::capi::{CapiMachine, health_checks_of};
+use crate::engine::{Cluster, ControlPlane, EtcdState, HealthChecks};
 
 /// One workload cluster whose etcd the prober should read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,14 +67,31 @@ impl ClusterState {
                 Lookup::NotSynced
             });
         };
-        let machines: Vec<_> = idx
+        let capi_machines: Vec<&CapiMachine> = idx
             .by_kcp
             .get(&key)
             .into_iter()
             .flatten()
             .filter_map(|m| idx.machines.get(&(namespace.to_string(), m.clone())))
-            .map(|m| m.machine.clone())
             .collect();
+        let machines: Vec<_> = capi_machines.iter().map(|m| m.machine.clone()).collect();
+        let health_checks = if self.is_synced(Kind::HealthCheck) {
+            HealthChecks::Known(health_checks_of(
+                idx.health_checks
+                    .values()
+                    .filter(|h| h.object.namespace == namespace),
+                &capi_machines,
+            ))
+        } else {
+            HealthChecks::Unknown {
+                reason: self
+                    .health_check_error
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone()
+                    .unwrap_or_else(|| "MachineHealthChecks have not been listed yet".into()),
+            }
+        };
         let cluster_name = idx.cluster_of(&key, k);
         let cluster = match &cluster_name {
             Some(name) => idx
@@ -103,6 +120,7 @@ impl ClusterState {
             kcp: kcp_model,
             machines,
             etcd,
+            health_checks,
         })
     }
 

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
-use crate::capi::{CapiCluster, CapiKcp, CapiMachine};
+use crate::capi::{CapiCluster, CapiHealthCheck, CapiKcp, CapiMachine};
 use crate::engine::Belief;
 use index::{Index, key_of};
 use probes::Origin;
@@ -37,16 +37,23 @@ pub enum Kind {
     Cluster,
     Kcp,
     Machine,
+    /// MachineHealthChecks: read for the next action (whether a remediation can happen), never
+    /// needed by a review, so not in [`Kind::ALL`]: a guard that may not list them still judges.
+    HealthCheck,
 }
 
 impl Kind {
+    /// The kinds every review needs: the caches are synced when these are.
     pub const ALL: [Kind; 3] = [Kind::Cluster, Kind::Kcp, Kind::Machine];
+    /// Every watched kind.
+    pub const WATCHED: [Kind; 4] = [Kind::Cluster, Kind::Kcp, Kind::Machine, Kind::HealthCheck];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Cluster => "clusters",
             Kind::Kcp => "kubeadmcontrolplanes",
             Kind::Machine => "machines",
+            Kind::HealthCheck => "machinehealthchecks",
         }
     }
 
@@ -55,6 +62,7 @@ impl Kind {
             Kind::Cluster => 0,
             Kind::Kcp => 1,
             Kind::Machine => 2,
+            Kind::HealthCheck => 3,
         }
     }
 }
@@ -65,6 +73,7 @@ pub enum Object {
     Cluster(CapiCluster),
     Kcp(CapiKcp),
     Machine(CapiMachine),
+    HealthCheck(CapiHealthCheck),
 }
 
 impl Object {
@@ -73,6 +82,7 @@ impl Object {
             Object::Cluster(_) => Kind::Cluster,
             Object::Kcp(_) => Kind::Kcp,
             Object::Machine(_) => Kind::Machine,
+            Object::HealthCheck(_) => Kind::HealthCheck,
         }
     }
 }
@@ -81,7 +91,9 @@ impl Object {
 #[derive(Default)]
 pub struct ClusterState {
     index: RwLock<Index>,
-    synced: [AtomicBool; 3],
+    synced: [AtomicBool; 4],
+    /// Why MachineHealthChecks cannot be listed (the watch's last error), until they are.
+    health_check_error: RwLock<Option<String>>,
     /// Cluster key -> latest probe. Filled by the etcd prober.
     health: RwLock<HashMap<Key, HealthEntry>>,
     /// Cluster key -> why the last probe failed, when it did.
@@ -149,6 +161,17 @@ impl ClusterState {
         idx.replace_all(kind, objects);
         drop(idx);
         self.synced[kind.index()].store(true, Ordering::SeqCst);
+        if kind == Kind::HealthCheck {
+            self.set_health_check_error(None);
+        }
+    }
+
+    /// Why MachineHealthChecks cannot be read (a failed list or watch), or `None` once they are.
+    pub fn set_health_check_error(&self, e: Option<String>) {
+        *self
+            .health_check_error
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = e;
     }
 
     pub fn is_synced(&self, kind: Kind) -> bool {

@@ -21,6 +21,7 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         Kind::Cluster => ("cluster.x-k8s.io", "Cluster"),
         Kind::Kcp => ("controlplane.cluster.x-k8s.io", "KubeadmControlPlane"),
         Kind::Machine => ("cluster.x-k8s.io", "Machine"),
+        Kind::HealthCheck => ("cluster.x-k8s.io", "MachineHealthCheck"),
     };
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1beta2", k), kind.as_str())
 }
@@ -33,6 +34,7 @@ pub(crate) fn convert(kind: Kind, o: &DynamicObject) -> Result<Object, String> {
         Kind::Cluster => capi::parse_cluster(&v).map(Object::Cluster),
         Kind::Kcp => capi::parse_kcp(&v).map(Object::Kcp),
         Kind::Machine => capi::parse_machine(&v).map(Object::Machine),
+        Kind::HealthCheck => capi::parse_health_check(&v).map(Object::HealthCheck),
     }
     .map_err(|e| e.to_string())
 }
@@ -69,7 +71,14 @@ pub async fn run(client: Client, kind: Kind, state: Arc<ClusterState>, on_sync: 
                 on_sync(kind);
                 tracing::info!(kind = kind.as_str(), "cache synced");
             }
-            Err(e) => tracing::warn!(kind = kind.as_str(), error = %e, "watch failed; retrying"),
+            Err(e) => {
+                if kind == Kind::HealthCheck && !state.is_synced(kind) {
+                    state.set_health_check_error(Some(format!(
+                        "listing MachineHealthChecks failed: {e}"
+                    )));
+                }
+                tracing::warn!(kind = kind.as_str(), error = %e, "watch failed; retrying")
+            }
         }
     }
 }

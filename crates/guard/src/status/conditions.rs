@@ -396,6 +396,11 @@ fn table(cp: &ControlPlane, snapshot: &EtcdSnapshot, tally: &Tally, stale: bool)
             out.push_str(&format!("\n{}: no etcd member", machine_label(cp, m)));
         }
     }
+    // A remediation that would not reach KCP: the table says so.
+    if let Some(gap) = crate::engine::remediation::gap(cp) {
+        out.push('\n');
+        out.push_str(&one_line(&gap));
+    }
     out
 }
 

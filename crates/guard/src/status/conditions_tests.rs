@@ -346,6 +346,7 @@ fn reasons_match_the_crd_pattern() {
         | ActionCode::PromoteLearner
         | ActionCode::RemoveOrphanMember
         | ActionCode::RemediateMachine
+        | ActionCode::EnableRemediation
         | ActionCode::WaitForRollout => (),
     };
     let reasons = QuorumReason::ALL
@@ -523,4 +524,26 @@ fn human_units() {
     assert_eq!(human_bytes(1536), "1.5 KiB");
     assert_eq!(human_bytes(2 * 1024 * 1024 * 1024), "2.0 GiB");
     assert_eq!(human_bytes(u64::MAX), "16.0 EiB");
+}
+
+/// The member table says when a remediation would not reach KCP, and the next action asks for a
+/// MachineHealthCheck; a covered control plane gets no such line.
+#[test]
+fn the_member_table_says_no_machine_health_check_covers_the_machines() {
+    let mut c = cp(3, &[("a", healthy()), ("b", down()), ("c", healthy())]);
+    let [q, n] = conds(&c, None);
+    assert!(!q.message.contains("MachineHealthCheck"), "{}", q.message);
+    assert_cond(&n, "True", "RemediateMachine");
+    c.health_checks = crate::engine::HealthChecks::Known(Vec::new());
+    let [q, n] = conds(&c, None);
+    has_line(
+        &q.message,
+        "no MachineHealthCheck covers the Machines: remediate-machine annotations do nothing",
+    );
+    assert_cond(&n, "True", "EnableRemediation");
+    assert!(
+        n.message.contains("Create a MachineHealthCheck"),
+        "{}",
+        n.message
+    );
 }

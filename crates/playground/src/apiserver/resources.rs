@@ -191,6 +191,8 @@ pub fn default_resources() -> Vec<ResourceDef> {
             .named(&["cl"], &["cluster-api"]),
         ResourceDef::custom(capi, "v1beta2", "Machine", "machines")
             .named(&["ma"], &["cluster-api"]),
+        ResourceDef::custom(capi, "v1beta2", "MachineHealthCheck", "machinehealthchecks")
+            .named(&["mhc", "mhcs"], &["cluster-api"]),
         kcp,
         ResourceDef::builtin("", "v1", "Secret", "secrets"),
         ResourceDef::builtin("", "v1", "ConfigMap", "configmaps"),

@@ -105,7 +105,9 @@ impl Seen {
                 outdated: m.version != version,
                 node: m.node.is_some(),
                 deleting: m.deleting,
-                remediate: m.has_annotation(ANNOTATION_REMEDIATE),
+                // KCP remediates only what a MachineHealthCheck marked: the annotation alone
+                // does nothing.
+                remediate: m.has_annotation(ANNOTATION_REMEDIATE) && m.remediable,
                 delete_first: m.has_annotation(ANNOTATION_DELETE_MACHINE),
                 member: self.fit(m),
             })

@@ -117,17 +117,7 @@ pub(super) async fn unsafe_manual_delete(
             "expected 3 Machines, found {names:?}"
         )));
     };
-    tl.event(
-        "fault",
-        &format!("SIGSTOP etcd member {frozen}: alive, its ports open, answering nothing"),
-    );
-    let member = frozen.clone();
-    world
-        .etcd(move |e| match e.index_of(&member) {
-            Some(i) => e.freeze(i),
-            None => Err(crate::etcd::EtcdError::NoSuchMember(member)),
-        })
-        .await??;
+    freeze(world, tl, &frozen).await?;
     let remediate = (
         "MembersUnhealthy",
         Some("RemediateMachine"),
@@ -150,17 +140,7 @@ pub(super) async fn unsafe_manual_delete(
         message.clone(),
     );
 
-    tl.event(
-        "human",
-        &format!("kubectl annotate machine {frozen} {REMEDIATE_ANNOTATION}=\"\"\n(the safe path the NextAction names)"),
-    );
-    world
-        .patch_machine_metadata(
-            &frozen,
-            serde_json::json!({ "annotations": { REMEDIATE_ANNOTATION: "" } }),
-            HUMAN,
-        )
-        .await?;
+    annotate_remediate(world, tl, &frozen, "the safe path the NextAction names").await?;
     let mut kcp = KcpController::new(Arc::clone(world), tl.clone(), Style::Current);
     let converged = drive(world, tl, &mut kcp, |s| *s == Step::Converged).await?;
     tl.check(
@@ -263,4 +243,130 @@ pub(super) async fn scale_with_member_down(
         return Ok(());
     }
     final_membership(world, tl).await
+}
+
+/// A member frozen with no MachineHealthCheck for the control plane: the next action says to
+/// create one; the remediate-machine annotation alone does nothing (Cluster API v1.14: the
+/// MachineHealthCheck reconciler reads it, `needsRemediation`, and KCP replaces only what a
+/// MachineHealthCheck marked); once the person creates one, KCP remediates the Machine.
+pub(super) async fn remediate_without_mhc(
+    world: &Arc<World>,
+    tl: &Timeline,
+) -> Result<(), WorldError> {
+    let Some(_) = settled(world, tl).await? else {
+        return Ok(());
+    };
+    tl.check(
+        "no MachineHealthCheck exists",
+        world.health_checks().is_empty(),
+        format!("{:?}", world.health_checks()),
+    );
+    let names: Vec<String> = world.machines().into_iter().map(|m| m.name).collect();
+    let Some(frozen) = names.get(2).cloned() else {
+        return Err(WorldError::Other(format!(
+            "expected 3 Machines, found {names:?}"
+        )));
+    };
+    freeze(world, tl, &frozen).await?;
+    let enable = (
+        "MembersUnhealthy",
+        Some("EnableRemediation"),
+        Some(frozen.as_str()),
+    );
+    let Some(c) = published(world, tl, enable).await else {
+        return Ok(());
+    };
+    let message = c.next_action.map(|p| p.message).unwrap_or_default();
+    tl.check(
+        "the next action says no MachineHealthCheck covers the Machine and to create one",
+        message.contains("no MachineHealthCheck covers")
+            && message.contains("Create a MachineHealthCheck"),
+        message.clone(),
+    );
+
+    annotate_remediate(
+        world,
+        tl,
+        &frozen,
+        "annotating without a MachineHealthCheck",
+    )
+    .await?;
+    let mut kcp = KcpController::new(Arc::clone(world), tl.clone(), Style::Current);
+    let mut steps = Vec::new();
+    for _ in 0..3 {
+        steps.push(kcp.step().await?);
+    }
+    let still = world
+        .machines()
+        .into_iter()
+        .any(|m| m.name == frozen && !m.deleting);
+    tl.check(
+        format!("KCP does nothing with the annotation alone: {frozen} stays, not deleting"),
+        still && kcp.denials.is_empty(),
+        format!("steps {steps:?}, denials {:?}", kcp.denials),
+    );
+    if published(world, tl, enable).await.is_none() {
+        return Ok(());
+    }
+
+    tl.event(
+        "human",
+        "kubectl apply -f mhc.yaml\n(the MachineHealthCheck of docs/runbook.md: it covers the control-plane Machines and remediates nothing on its own)",
+    );
+    world.create_health_check().await?;
+    let remediate = (
+        "MembersUnhealthy",
+        Some("RemediateMachine"),
+        Some(frozen.as_str()),
+    );
+    if published(world, tl, remediate).await.is_none() {
+        return Ok(());
+    }
+    let converged = drive(world, tl, &mut kcp, |s| *s == Step::Converged).await?;
+    tl.check(
+        format!("with the MachineHealthCheck, KCP remediates {frozen}: its deletion is allowed and a replacement joins"),
+        converged && kcp.denials.is_empty() && world.machines().iter().all(|m| m.name != frozen),
+        format!("converged={converged} denied={:?}", kcp.denials),
+    );
+    if published(world, tl, HEALTHY).await.is_none() {
+        return Ok(());
+    }
+    final_membership(world, tl).await
+}
+
+/// SIGSTOP etcd member `name`: alive, its ports open, answering nothing.
+async fn freeze(world: &Arc<World>, tl: &Timeline, name: &str) -> Result<(), WorldError> {
+    tl.event(
+        "fault",
+        &format!("SIGSTOP etcd member {name}: alive, its ports open, answering nothing"),
+    );
+    let member = name.to_string();
+    world
+        .etcd(move |e| match e.index_of(&member) {
+            Some(i) => e.freeze(i),
+            None => Err(crate::etcd::EtcdError::NoSuchMember(member)),
+        })
+        .await?
+        .map_err(WorldError::from)
+}
+
+/// A person annotates Machine `name` remediate-machine (`why` says why, in the timeline).
+async fn annotate_remediate(
+    world: &Arc<World>,
+    tl: &Timeline,
+    name: &str,
+    why: &str,
+) -> Result<(), WorldError> {
+    tl.event(
+        "human",
+        &format!("kubectl annotate machine {name} {REMEDIATE_ANNOTATION}=\"\"\n({why})"),
+    );
+    world
+        .patch_machine_metadata(
+            name,
+            serde_json::json!({ "annotations": { REMEDIATE_ANNOTATION: "" } }),
+            HUMAN,
+        )
+        .await?;
+    Ok(())
 }

@@ -14,7 +14,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
 use super::{NAMESPACE, WorldError};
-use crate::apiserver::{ApiServer, cluster_resource, kcp_resource, machine_resource};
+use crate::apiserver::{
+    ApiServer, cluster_resource, health_check_resource, kcp_resource, machine_resource,
+};
 use crate::realapi::RealApi;
 use crate::webhooks::Relay;
 
@@ -99,10 +101,15 @@ impl RealBackend {
     pub(super) async fn start(api: RealApi) -> Result<RealBackend, WorldError> {
         let client =
             kube::Client::try_from(api.admin_config().clone()).map_err(WorldError::Client)?;
-        let mirrors: Vec<Mirror> = [cluster_resource(), kcp_resource(), machine_resource()]
-            .into_iter()
-            .map(|ar| Mirror::start(client.clone(), ar))
-            .collect();
+        let mirrors: Vec<Mirror> = [
+            cluster_resource(),
+            kcp_resource(),
+            machine_resource(),
+            health_check_resource(),
+        ]
+        .into_iter()
+        .map(|ar| Mirror::start(client.clone(), ar))
+        .collect();
         for m in &mirrors {
             let ready = tokio::time::timeout(SEEN_WAIT, m.store.wait_until_ready()).await;
             if !matches!(ready, Ok(Ok(()))) {

@@ -10,7 +10,7 @@ use super::backend::Backend;
 use super::{
     CLUSTER, KCP, KCP_PRE_TERMINATE_HOOK, MACHINE_FINALIZER, NAMESPACE, OLD_VERSION, WorldError,
 };
-use crate::apiserver::{cluster_resource, kcp_resource, machine_resource};
+use crate::apiserver::{cluster_resource, health_check_resource, kcp_resource, machine_resource};
 use crate::etcd::EtcdCluster;
 use quorumguard_guard::etcd::endpoints::{ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION};
 
@@ -170,6 +170,44 @@ pub(super) async fn seed(
     let secret = serde_json::to_value(&secret).map_err(|e| WorldError::Other(e.to_string()))?;
     let what = format!("Secret {NAMESPACE}/{CLUSTER}-etcd");
     store(api, &ApiResource::erase::<Secret>(&()), &what, secret).await
+}
+
+/// The name of the MachineHealthCheck the playground seeds (or a story creates).
+pub const HEALTH_CHECK: &str = "dev-cp-mhc";
+
+/// A MachineHealthCheck for the control plane that remediates nothing on its own in the
+/// playground's time (a node must be `Ready: Unknown` for an hour, a Machine without a node
+/// an hour old): it passes on the remediate-machine annotation (docs/runbook.md has the
+/// same one).
+pub fn health_check_object() -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "MachineHealthCheck",
+        "metadata": {"name": HEALTH_CHECK, "namespace": NAMESPACE},
+        "spec": {
+            "clusterName": CLUSTER,
+            "selector": {"matchLabels": {"cluster.x-k8s.io/control-plane": ""}},
+            "checks": {
+                "nodeStartupTimeoutSeconds": 3600,
+                "unhealthyNodeConditions": [
+                    {"type": "Ready", "status": "Unknown", "timeoutSeconds": 3600}
+                ],
+            },
+        },
+    })
+}
+
+/// Stores [`health_check_object`].
+pub(super) async fn seed_health_check(api: &Backend) -> Result<(), WorldError> {
+    let what = format!("MachineHealthCheck {NAMESPACE}/{HEALTH_CHECK}");
+    store(api, &health_check_resource(), &what, health_check_object()).await
+}
+
+impl super::World {
+    /// A person creates [`health_check_object`] (`kubectl apply -f`).
+    pub async fn create_health_check(&self) -> Result<(), WorldError> {
+        seed_health_check(&self.api).await
+    }
 }
 
 /// Stores a control-plane Machine of the old version as if created `age_secs` ago (on a real

@@ -4,8 +4,9 @@
 use serde_json::Value;
 
 use super::{KCP, NAMESPACE, World};
-use crate::apiserver::{kcp_resource, machine_resource};
+use crate::apiserver::{health_check_resource, kcp_resource, machine_resource};
 use crate::status::conditions::{CONDITION_ETCD_QUORUM, CONDITION_NEXT_ACTION};
+use quorumguard_guard::capi::{self, CapiHealthCheck, CapiMachine};
 
 /// One KCP condition as published.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,12 +58,41 @@ pub struct MachineView {
     pub created: String,
     /// `status.nodeRef.name`: by kubeadm's convention also its etcd member's name.
     pub node: Option<String>,
+    /// A MachineHealthCheck targets it and would mark it for remediation if it were annotated
+    /// remediate-machine ([`World::machines`]): only then does KCP act on the annotation.
+    pub remediable: bool,
 }
 
 impl MachineView {
     pub fn has_annotation(&self, key: &str) -> bool {
         self.annotations.iter().any(|(k, _)| k == key)
     }
+}
+
+/// The simulated MachineHealthCheck reconciler's answer for Machine `name` (Cluster API v1.14
+/// `core/reconcilers/machinehealthcheck/`): one that targets it (`getTargetsFromMHC`), is not
+/// paused, and whose short-circuit (`isAllowedRemediation`) allows remediation with it marked.
+/// It counts as unhealthy only the Machines annotated remediate-machine (`needsRemediation`):
+/// the playground has no Nodes whose conditions it could read.
+fn remediable(checks: &[CapiHealthCheck], machines: &[CapiMachine], name: &str) -> bool {
+    let Some(m) = machines.iter().find(|m| m.object.name == name) else {
+        return false;
+    };
+    let marked = |x: &CapiMachine| {
+        x.machine
+            .annotations
+            .contains_key(crate::engine::model::ANNOTATION_REMEDIATE)
+    };
+    checks.iter().any(|hc| {
+        let targets: Vec<&CapiMachine> = machines.iter().filter(|x| hc.targets(x)).collect();
+        let expected = u32::try_from(targets.len()).unwrap_or(u32::MAX);
+        let unhealthy = targets.iter().filter(|x| marked(x)).count() + usize::from(!marked(m));
+        hc.targets(m)
+            && !hc.paused
+            && hc
+                .trigger
+                .allows(u32::try_from(unhealthy).unwrap_or(u32::MAX), expected)
+    })
 }
 
 impl World {
@@ -99,15 +129,35 @@ impl World {
         out
     }
 
+    /// The MachineHealthChecks of the namespace, as the guard parses them (unreadable ones
+    /// left out: the simulated reconciler cannot use them either).
+    pub fn health_checks(&self) -> Vec<CapiHealthCheck> {
+        self.api
+            .list(&health_check_resource())
+            .iter()
+            .filter(|h| h["metadata"]["namespace"] == NAMESPACE)
+            .filter_map(|h| capi::parse_health_check(h).ok())
+            .collect()
+    }
+
     /// The control-plane Machines, oldest first (then by name).
     pub fn machines(&self) -> Vec<MachineView> {
-        let mut out: Vec<MachineView> = self
+        let listed: Vec<Value> = self
             .api
             .list(&machine_resource())
-            .iter()
+            .into_iter()
             .filter(|m| m["metadata"]["namespace"] == NAMESPACE)
+            .collect();
+        let parsed: Vec<CapiMachine> = listed
+            .iter()
+            .filter_map(|m| capi::parse_machine(m).ok())
+            .collect();
+        let checks = self.health_checks();
+        let mut out: Vec<MachineView> = listed
+            .iter()
             .map(|m| {
                 let meta = &m["metadata"];
+                let name = meta["name"].as_str().unwrap_or("");
                 MachineView {
                     name: meta["name"].as_str().unwrap_or("").to_string(),
                     version: m["spec"]["version"].as_str().unwrap_or("").to_string(),
@@ -126,6 +176,7 @@ impl World {
                         .collect(),
                     created: meta["creationTimestamp"].as_str().unwrap_or("").to_string(),
                     node: m["status"]["nodeRef"]["name"].as_str().map(str::to_string),
+                    remediable: remediable(&checks, &parsed, name),
                 }
             })
             .collect();

@@ -193,6 +193,16 @@ pub(in crate::cli) async fn probe(
     for kind in Kind::ALL {
         state.relist_done(kind);
     }
+    match &listed.health_checks_error {
+        Some(e) => state.set_health_check_error(Some(e.clone())),
+        None => {
+            state.relist_start(Kind::HealthCheck);
+            for h in &listed.health_checks {
+                state.apply(Object::HealthCheck(h.clone()));
+            }
+            state.relist_done(Kind::HealthCheck);
+        }
+    }
 
     let targets = state.probe_targets();
     let cfg = SweepConfig {

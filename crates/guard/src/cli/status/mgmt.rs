@@ -11,7 +11,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 
 use super::ProbeArgs;
-use crate::capi::{CapiCluster, CapiKcp, CapiMachine};
+use crate::capi::{CapiCluster, CapiHealthCheck, CapiKcp, CapiMachine};
 use crate::engine::LABEL_CONTROL_PLANE;
 use crate::etcd::ETCD_TRANSPORT_ANNOTATION;
 use crate::state::{Key, Kind, Object, watch};
@@ -60,6 +60,10 @@ pub(in crate::cli) struct Listed {
     pub(in crate::cli) clusters: Vec<CapiCluster>,
     pub(in crate::cli) kcps: Vec<CapiKcp>,
     pub(in crate::cli) machines: Vec<CapiMachine>,
+    /// The MachineHealthChecks, unless listing them failed: then `health_checks_error` says
+    /// why, and whether a remediation can happen is not known (never "none").
+    pub(in crate::cli) health_checks: Vec<CapiHealthCheck>,
+    pub(in crate::cli) health_checks_error: Option<String>,
     /// Cluster key -> its `quorumguard.io/etcd-transport` annotation, as written.
     pub(in crate::cli) transports: BTreeMap<Key, String>,
     pub(in crate::cli) warnings: Vec<String>,
@@ -117,7 +121,8 @@ impl Mgmt {
             ),
             kube::Error::Api(s) if s.code == 401 || s.code == 403 => anyhow!(
                 "{what}: {} ({} {}): quorumguard status and preflight need get and list on clusters, \
-                 kubeadmcontrolplanes and machines, and get on Secrets <cluster>-etcd (and \
+                 kubeadmcontrolplanes, machines and machinehealthchecks (without the last, whether a \
+                 remediation can happen is not known), and get on Secrets <cluster>-etcd (and \
                  <cluster>-kubeconfig for the port-forward transport)",
                 s.message,
                 s.code,
@@ -130,7 +135,9 @@ impl Mgmt {
         }
     }
 
-    /// Lists the three kinds and converts them as the watch does.
+    /// Lists the three kinds and converts them as the watch does; then the
+    /// MachineHealthChecks, whose list may fail without failing the rest (the next action then
+    /// says their coverage is not known).
     pub(in crate::cli) async fn list_all(&self, scope: &Scope) -> anyhow::Result<Listed> {
         let (clusters, kcps, machines) = futures::try_join!(
             self.list(Kind::Cluster, scope),
@@ -138,10 +145,18 @@ impl Mgmt {
             self.list(Kind::Machine, scope),
         )?;
         let mut out = Listed::default();
+        let checks = match self.list(Kind::HealthCheck, scope).await {
+            Ok(c) => c,
+            Err(e) => {
+                out.health_checks_error = Some(format!("{e:#}"));
+                Vec::new()
+            }
+        };
         for (kind, objects) in [
             (Kind::Cluster, clusters),
             (Kind::Kcp, kcps),
             (Kind::Machine, machines),
+            (Kind::HealthCheck, checks),
         ] {
             for o in objects {
                 if kind == Kind::Cluster
@@ -154,6 +169,7 @@ impl Mgmt {
                     Ok(Object::Cluster(c)) => out.clusters.push(c),
                     Ok(Object::Kcp(k)) => out.kcps.push(k),
                     Ok(Object::Machine(m)) => out.machines.push(m),
+                    Ok(Object::HealthCheck(h)) => out.health_checks.push(h),
                     Err(e) => out.warnings.push(format!(
                         "ignoring {} {}/{}, which quorumguard cannot read: {e}",
                         kind.as_str(),
