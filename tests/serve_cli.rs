@@ -62,11 +62,15 @@ fn help_documents_every_flag_with_its_env_twin() {
         .split_once("Options:")
         .map(|(_, rest)| rest)
         .expect("an Options section");
-    let options = options.split("\n\n\n").next().unwrap_or(options);
     let mut blocks: Vec<(String, String)> = Vec::new();
     for line in options.lines() {
         let t = line.trim_start();
-        if t.starts_with('-') && line.len() - t.len() <= 6 {
+        let indent = line.len() - t.len();
+        // The after-help text, unindented, ends the options.
+        if indent == 0 && !t.is_empty() {
+            break;
+        }
+        if t.starts_with('-') && indent <= 6 {
             let flag = t.split([' ', ',', '=']).next().unwrap_or(t).to_string();
             blocks.push((flag, String::new()));
         } else if let Some((_, text)) = blocks.last_mut() {
