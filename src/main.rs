@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     match cli::run(parsed) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("quorumguard: error: {e:#}");
+            eprintln!("quorumguard: error: {}", cli::error_text(&e));
             ExitCode::from(EXIT_BAD_INPUT)
         }
     }

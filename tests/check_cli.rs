@@ -708,7 +708,10 @@ fn garbage_is_bad_input() {
         "--member-list",
         &json.display().to_string(),
     ]);
-    assert_bad_input(&run, &[&json.display().to_string(), "not valid JSON"]);
+    assert_bad_input(&run, &[&json.display().to_string(), "not valid JSON: EOF"]);
+    // Issue 40: the cause once ("not valid JSON: EOF ...: not valid JSON: EOF ..." before).
+    assert_eq!(run.stderr.matches("EOF").count(), 1, "{}", run.stderr);
+    assert_said_once(&run);
 
     let alarms = dir.join("alarms.txt");
     std::fs::write(&alarms, "memberID:1 alarm:NOSPACE\nsomething else\n").unwrap();
@@ -873,6 +876,183 @@ fn readme_example_stuck_upgrade() {
         "{}",
         run.stdout
     );
+}
+
+/// No part of an error is said twice: each ": "-separated part of stderr longer than a few
+/// words occurs once (issue 40: "not valid JSON: EOF ...: not valid JSON: EOF ...").
+fn assert_said_once(run: &Run) {
+    for part in run.stderr.trim().split(": ") {
+        let part = part.trim();
+        if part.len() >= 12 {
+            assert_eq!(
+                run.stderr.matches(part).count(),
+                1,
+                "{part:?} is said more than once in:\n{}",
+                run.stderr
+            );
+        }
+    }
+}
+
+/// The healthy scenario's member list with its members renamed, as the dumps of another
+/// cluster (the playground's, say) hold them: written to `dir`.
+fn member_list_of_another_cluster(dir: &Path) -> String {
+    let text = std::fs::read_to_string(etcd("healthy", "member-list.json")).unwrap();
+    let path = dir.join("other-member-list.json");
+    std::fs::write(&path, text.replace("cp-node-", "pg-node-")).unwrap();
+    path.display().to_string()
+}
+
+/// Issue 40: the objects of one cluster with the etcd dumps of another: not one member belongs
+/// to a Machine of the KCP. It was judged (exit 0, `RemediateMachine` of a Machine "that has no
+/// etcd member"); it is bad input, and the message says what did not match.
+#[test]
+fn dumps_of_another_cluster_are_bad_input() {
+    let dir = scratch("another_cluster");
+    let members = member_list_of_another_cluster(&dir);
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/stuck-upgrade");
+    let run = check(&[
+        "--objects",
+        &example.join("objects.yaml").display().to_string(),
+        "--member-list",
+        &members,
+    ]);
+    assert_bad_input(
+        &run,
+        &[
+            "no etcd member in",
+            "other-member-list.json belongs to a Machine of KubeadmControlPlane demo/demo-control-plane in",
+            "objects.yaml",
+            "the members are pg-node-",
+            &format!("{M1} (node cp-node-1)"),
+        ],
+    );
+    assert_said_once(&run);
+    // preflight offline reads the same dumps the same way.
+    let run = quorumguard(
+        "preflight",
+        &[
+            "--objects",
+            &objects("healthy.yaml"),
+            "--member-list",
+            &members,
+        ],
+    );
+    assert_bad_input(&run, &["no etcd member in", "the members are pg-node-"]);
+    // One member of the Machines' is enough: a member list mid-rollout is not refused.
+    let one_of_ours = dir.join("one-of-ours.json");
+    let text = std::fs::read_to_string(etcd("healthy", "member-list.json")).unwrap();
+    std::fs::write(
+        &one_of_ours,
+        text.replacen("cp-node-2", "pg-node-2", 1)
+            .replacen("cp-node-3", "pg-node-3", 1),
+    )
+    .unwrap();
+    let run = check(&[
+        "--objects",
+        &objects("healthy.yaml"),
+        "--member-list",
+        &one_of_ours.display().to_string(),
+    ]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+}
+
+/// Issue 40: etcd dumps whose headers name different etcd clusters (`header.cluster_id`) are
+/// bad input, naming both files and both clusters.
+#[test]
+fn etcd_dumps_of_different_etcd_clusters_are_bad_input() {
+    let dir = scratch("other_etcd_cluster");
+    // 2497353551676525385 = 0x22a861d2de3d4b49, the fixtures' cluster.
+    let ours = "2497353551676525385";
+    let status = std::fs::read_to_string(etcd("healthy", "endpoint-status.json")).unwrap();
+    assert!(status.contains(ours), "{status}");
+    let other_status = dir.join("endpoint-status.json");
+    std::fs::write(&other_status, status.replace(ours, "17")).unwrap();
+    let run = check(&[
+        "--objects",
+        &objects("healthy.yaml"),
+        "--member-list",
+        &etcd("healthy", "member-list.json"),
+        "--endpoint-status",
+        &other_status.display().to_string(),
+    ]);
+    assert_bad_input(
+        &run,
+        &[
+            "endpoint-status.json comes from etcd cluster 11,",
+            "member-list.json from etcd cluster 22a861d2de3d4b49",
+            "different etcd clusters",
+        ],
+    );
+    assert_said_once(&run);
+    let alarms = dir.join("alarms.json");
+    std::fs::write(&alarms, r#"{"header":{"cluster_id":17,"member_id":1}}"#).unwrap();
+    let mut args = vec!["--objects".to_string(), objects("healthy.yaml")];
+    args.extend(etcd_args("healthy"));
+    args.extend(["--alarms".to_string(), alarms.display().to_string()]);
+    assert_bad_input(&check(&args), &["alarms.json comes from etcd cluster 11,"]);
+}
+
+/// Issue 40: every dump given for every other dump's flag is bad input (exit 2, no report),
+/// and its message names the file and says its cause once. `--alarms member-list.json` was
+/// accepted as "no alarms".
+#[test]
+fn every_wrong_kind_of_file_for_each_flag_is_bad_input() {
+    let dir = scratch("wrong_kind_matrix");
+    let alarms_json = dir.join("alarm-list.json");
+    std::fs::write(
+        &alarms_json,
+        r#"{"header":{"cluster_id":2497353551676525385,"member_id":1},"alarms":[{"memberID":1616332077818005593,"alarm":1}]}"#,
+    )
+    .unwrap();
+    let kinds: [(&str, String); 6] = [
+        ("--objects", objects("healthy.yaml")),
+        ("--member-list", etcd("healthy", "member-list.json")),
+        ("--endpoint-status", etcd("healthy", "endpoint-status.json")),
+        ("--endpoint-health", etcd("healthy", "endpoint-health.json")),
+        ("--alarms", etcd("nospace", "alarm-list.txt")),
+        ("--alarms", alarms_json.display().to_string()),
+    ];
+    let mut checked = 0;
+    for (flag, _) in &kinds[..5] {
+        for (right_flag, file) in &kinds {
+            if right_flag == flag {
+                continue;
+            }
+            // The right file for every other flag, the wrong one for `flag`.
+            let mut args = Vec::new();
+            for (f, right) in &kinds[..5] {
+                args.push(f.to_string());
+                args.push(if f == flag {
+                    file.clone()
+                } else {
+                    right.clone()
+                });
+            }
+            // The alarm list is of the nospace scenario: its member is not in the healthy list,
+            // which is a warning; without it the case is about `flag` alone.
+            if *flag != "--alarms" {
+                let i = args.iter().position(|a| a == "--alarms").unwrap();
+                args.drain(i..i + 2);
+            }
+            let run = check(&args);
+            let name = Path::new(file).file_name().unwrap().to_string_lossy();
+            assert_eq!(
+                run.code, 2,
+                "{flag} {name}: stdout:\n{}\nstderr:\n{}",
+                run.stdout, run.stderr
+            );
+            assert!(run.stdout.is_empty(), "{flag} {name}: {}", run.stdout);
+            assert!(
+                run.stderr.contains(name.as_ref()),
+                "{flag} {name}: the file is not named: {}",
+                run.stderr
+            );
+            assert_said_once(&run);
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 24);
 }
 
 /// `quorumguard preflight` offline: the same dumps, the same flags, a prediction of the rollout a

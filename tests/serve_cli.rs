@@ -52,6 +52,42 @@ fn help_documents_every_flag_with_its_env_twin() {
         assert!(help.contains(flag), "{flag} missing from --help");
     }
     assert!(help.contains("QUORUMGUARD_LISTEN"), "env twins are shown");
+    // Issue 40: the help says every flag but --help and --version has an environment twin; each
+    // flag's block of the long help shows it (the Lease timings had none).
+    assert!(
+        help.contains("Every flag but --help and --version has an environment twin"),
+        "{help}"
+    );
+    let options = help
+        .split_once("Options:")
+        .map(|(_, rest)| rest)
+        .expect("an Options section");
+    let mut blocks: Vec<(String, String)> = Vec::new();
+    for line in options.lines() {
+        let t = line.trim_start();
+        let indent = line.len() - t.len();
+        // The after-help text, unindented, ends the options.
+        if indent == 0 && !t.is_empty() {
+            break;
+        }
+        if t.starts_with('-') && indent <= 6 {
+            let flag = t.split([' ', ',', '=']).next().unwrap_or(t).to_string();
+            blocks.push((flag, String::new()));
+        } else if let Some((_, text)) = blocks.last_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    assert!(blocks.len() > 30, "{blocks:?}");
+    let without: Vec<&str> = blocks
+        .iter()
+        .filter(|(flag, text)| !text.contains("[env: ") && flag != "-h" && flag != "-V")
+        .map(|(flag, _)| flag.as_str())
+        .collect();
+    assert!(
+        without.is_empty(),
+        "flags without an environment twin: {without:?}"
+    );
     // etcd is reached as KCP reaches it unless told otherwise.
     assert!(
         help.contains("[default: port-forward]"),
@@ -159,4 +195,61 @@ async fn serves_logs_json_and_exits_on_sigterm() {
         lines.iter().any(|l| l.contains("SIGTERM received")),
         "{lines:#?}"
     );
+}
+
+/// Issue 40: a missing client CA file is named as what it is, and its cause said once (it was
+/// "loading the serving certificate: cannot read X: No such file ...: cannot read X: ...").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_client_ca_is_named_once() {
+    let api = ApiServer::start().await.expect("stand-in");
+    let dir = TempDir::new("serve-cli-client-ca");
+    let pki = TestPki::new(dir.path());
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let missing = dir.path().join("no-such-ca.crt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quorumguard"))
+        .arg("serve")
+        .arg(format!("--listen={}", free_addr()))
+        .arg(format!("--admin-listen={}", free_addr()))
+        .arg(format!("--tls-cert-file={}", pki.cert_file.display()))
+        .arg(format!("--tls-key-file={}", pki.key_file.display()))
+        .arg(format!("--client-ca-file={}", missing.display()))
+        .arg("--client-name=kube-apiserver")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["--no-probe", "--no-status", "--no-events"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let deadline = Instant::now() + STEP;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve did not exit on a missing client CA within {STEP:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("stderr");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("quorumguard: error:"))
+        .unwrap_or_else(|| panic!("no error line: {stderr}"));
+    assert!(
+        error.starts_with(&format!(
+            "quorumguard: error: loading the client CA: cannot read {}: ",
+            missing.display()
+        )),
+        "{error}"
+    );
+    assert!(!error.contains("serving certificate"), "{error}");
+    assert_eq!(error.matches("cannot read").count(), 1, "{error}");
+    assert_eq!(error.matches("No such file").count(), 1, "{error}");
 }

@@ -461,12 +461,57 @@ async fn c_bad_input_exits_2_and_says_what_exists() {
     assert_eq!(r.code, 2, "{}", r.both());
     assert!(r.stderr.contains("cannot be used with"), "{}", r.both());
 
-    // Nothing to show is not an error.
-    let r = status(&kubeconfig, &["-n", "empty"]).await;
-    assert_eq!(r.code, 0, "{}", r.both());
+    // Issue 40: a selection of no control plane is an error (a gate with a typo in its namespace
+    // must not pass), for status and preflight alike.
+    for command in ["status", "preflight"] {
+        let kc = kubeconfig.display().to_string();
+        let home = kubeconfig.parent().expect("the kubeconfig's directory");
+        let args = [command, "--kubeconfig", kc.as_str(), "-n", "nosuchns"];
+        let r = run(Path::new(BIN), &args, &[], home).await;
+        assert_eq!(r.code, 2, "{command}: {}", r.both());
+        assert!(r.stdout.is_empty(), "{command}: {}", r.both());
+        assert!(
+            r.stderr.contains(
+                "no KubeadmControlPlane matched: there is none in namespace nosuchns. Choose the \
+                 namespace with -n NAMESPACE, or every namespace with -A"
+            ),
+            "{command}: {}",
+            r.both()
+        );
+    }
+
+    // One way to name a control plane: --kcp, as check and preflight take it; the Cluster
+    // argument still works, and both at once is refused.
+    let r = status(&kubeconfig, &["--kcp", "nope", "-n", NS]).await;
+    assert_eq!(r.code, 2, "{}", r.both());
+    assert!(
+        r.stderr.contains(
+            "no KubeadmControlPlane \"nope\" in namespace capi-test; there are: capi-test/test-controlplane"
+        ),
+        "{}",
+        r.both()
+    );
+    let r = status(&kubeconfig, &["--kcp", "capi-test/test-controlplane"]).await;
+    // Selected; its etcd cannot be probed here (no Secret): exit 1 with the report.
+    assert_eq!(r.code, 1, "{}", r.both());
+    assert!(
+        r.stdout
+            .starts_with("KubeadmControlPlane capi-test/test-controlplane (Cluster test)"),
+        "{}",
+        r.both()
+    );
+    let r = status(
+        &kubeconfig,
+        &["test", "--kcp", "test-controlplane", "-n", NS],
+    )
+    .await;
+    assert_eq!(r.code, 2, "{}", r.both());
+    assert!(r.stderr.contains("not both"), "{}", r.both());
+    let r = status(&kubeconfig, &["--kcp", "other/test-controlplane", "-n", NS]).await;
+    assert_eq!(r.code, 2, "{}", r.both());
     assert!(
         r.stderr
-            .contains("No KubeadmControlPlanes found in namespace empty"),
+            .contains("--kcp other/test-controlplane names namespace other, -n says capi-test"),
         "{}",
         r.both()
     );
@@ -727,8 +772,19 @@ async fn preflight(kubeconfig: &Path, args: &[&str]) -> Run {
 async fn f_preflight_predicts_ready_then_would_stick_on_a_frozen_member() {
     let (mut etcd, api, kubeconfig, members) = live("preflight").await;
 
-    // Every namespace by default: one healthy control plane, READY.
+    // The kubeconfig context's namespace by default, as status and kubectl: the stand-in's is
+    // "default", which has none (issue 40: preflight looked in every namespace, status in the
+    // context's).
     let r = preflight(&kubeconfig, &[]).await;
+    assert_eq!(r.code, 2, "{}", r.both());
+    assert!(
+        r.stderr
+            .contains("no KubeadmControlPlane matched: there is none in namespace default"),
+        "{}",
+        r.both()
+    );
+    // Every namespace with -A: one healthy control plane, READY.
+    let r = preflight(&kubeconfig, &["-A"]).await;
     assert_eq!(r.code, 0, "{}", r.both());
     println!("{}", r.stdout);
     let lines: Vec<&str> = r.stdout.lines().collect();
@@ -746,7 +802,11 @@ async fn f_preflight_predicts_ready_then_would_stick_on_a_frozen_member() {
     // Piped: no progress line.
     assert!(!r.stderr.contains("probing"), "{}", r.both());
 
-    let r = preflight(&kubeconfig, &["--steps", "--kcp", "test-controlplane"]).await;
+    let r = preflight(
+        &kubeconfig,
+        &["--steps", "--kcp", "test-controlplane", "-A"],
+    )
+    .await;
     assert_eq!(r.code, 0, "{}", r.both());
     println!("{}", r.stdout);
     assert!(
@@ -784,7 +844,7 @@ async fn f_preflight_predicts_ready_then_would_stick_on_a_frozen_member() {
         .expect("a follower")
         .to_string();
     etcd.freeze(etcd.index_of(&frozen));
-    let r = preflight(&kubeconfig, &["--probe-timeout", "1s"]).await;
+    let r = preflight(&kubeconfig, &["--probe-timeout", "1s", "-A"]).await;
     assert_eq!(r.code, 1, "{}", r.both());
     println!("{}", r.stdout);
     assert!(
@@ -812,7 +872,7 @@ async fn f_preflight_predicts_ready_then_would_stick_on_a_frozen_member() {
         None,
         |_| {},
     );
-    let r = preflight(&kubeconfig, &[]).await;
+    let r = preflight(&kubeconfig, &["-A"]).await;
     assert_eq!(r.code, 2, "{}", r.both());
     println!("{}", r.stdout);
     assert!(
@@ -820,7 +880,7 @@ async fn f_preflight_predicts_ready_then_would_stick_on_a_frozen_member() {
         "{}",
         r.both()
     );
-    let r = preflight(&kubeconfig, &["--steps"]).await;
+    let r = preflight(&kubeconfig, &["--steps", "-A"]).await;
     assert_eq!(r.code, 2, "{}", r.both());
     assert!(r.stdout.is_empty(), "{}", r.both());
     assert!(
@@ -828,7 +888,7 @@ async fn f_preflight_predicts_ready_then_would_stick_on_a_frozen_member() {
         "{}",
         r.both()
     );
-    let r = preflight(&kubeconfig, &["--kcp", "nope"]).await;
+    let r = preflight(&kubeconfig, &["--kcp", "nope", "-A"]).await;
     assert_eq!(r.code, 2, "{}", r.both());
     assert!(
         r.stderr.contains("no KubeadmControlPlane \"nope\" in any namespace; there are: capi-other/other-controlplane, capi-test/test-controlplane"),

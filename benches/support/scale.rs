@@ -747,7 +747,7 @@ async fn run_preflight_cli(
     let started = Instant::now();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_quorumguard"))
-            .args(["preflight", "-o", "json", "--etcd-transport=direct"])
+            .args(["preflight", "-A", "-o", "json", "--etcd-transport=direct"])
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--probe-concurrency={concurrency}"))
             .stdin(Stdio::null())

@@ -17,7 +17,9 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::capi::{self, CapiCluster, CapiError, CapiHealthCheck, CapiKcp, CapiMachine};
-use crate::engine::{Cluster, ControlPlane, EtcdState, HealthChecks, LABEL_CONTROL_PLANE};
+use crate::engine::{
+    Cluster, ControlPlane, EtcdState, EtcdTopology, HealthChecks, LABEL_CONTROL_PLANE, Member,
+};
 use etcdctl::EtcdctlError;
 
 /// The command whose output `--objects` expects, for messages.
@@ -70,6 +72,32 @@ pub enum DumpError {
         file: String,
         count: usize,
         choices: String,
+    },
+    /// Two etcd dumps name different etcd clusters (`header.cluster_id`).
+    #[error(
+        "{file} comes from etcd cluster {found:x}, {first_file} from etcd cluster {first:x}: \
+         the dumps are of different etcd clusters; take them again from the same one"
+    )]
+    OtherEtcdCluster {
+        file: String,
+        found: u64,
+        first_file: String,
+        first: u64,
+    },
+    /// Not one etcd member of the member list belongs to a Machine of the chosen KCP.
+    #[error(
+        "no etcd member in {member_list} belongs to a Machine of KubeadmControlPlane {kcp} in \
+         {objects}: the members are {members}; {machines}. A member belongs to the Machine whose \
+         node (status.nodeRef.name, else the Machine's name) has the member's name: are the dumps \
+         of the same cluster?{hint}"
+    )]
+    NoMemberMatches {
+        member_list: String,
+        objects: String,
+        kcp: String,
+        members: String,
+        machines: String,
+        hint: String,
     },
 }
 
@@ -477,12 +505,22 @@ pub fn assemble(texts: &DumpTexts) -> Result<Loaded, DumpError> {
     let kcp = select_kcp(&objs, texts.kcp, objects_file)?.clone();
     let (ml_file, ml_text) = texts.member_list;
     // etcdctl 3.5 fails the member list without a leader: say what the rest of the dumps saw.
+    let mut cluster_ids = Vec::new();
     let members = match etcdctl::failed_member_list(ml_text) {
         Some(failed) => Err(failed),
-        None => Ok(etcdctl::parse_member_list(ml_text).map_err(etcdctl_err(ml_file))?),
+        None => {
+            let (members, id) =
+                etcdctl::parse_member_list_of_cluster(ml_text).map_err(etcdctl_err(ml_file))?;
+            cluster_ids.extend(id.map(|id| (ml_file, id)));
+            Ok(members)
+        }
     };
     let status = match texts.endpoint_status {
-        Some((f, t)) => Some(etcdctl::parse_endpoint_status(t).map_err(etcdctl_err(f))?),
+        Some((f, t)) => {
+            let status = etcdctl::parse_endpoint_status(t).map_err(etcdctl_err(f))?;
+            cluster_ids.extend(status.iter().filter_map(|s| s.cluster_id.map(|id| (f, id))));
+            Some(status)
+        }
         None => None,
     };
     let health = match texts.endpoint_health {
@@ -490,9 +528,14 @@ pub fn assemble(texts: &DumpTexts) -> Result<Loaded, DumpError> {
         None => None,
     };
     let alarms = match texts.alarms {
-        Some((f, t)) => etcdctl::parse_alarm_list(t).map_err(etcdctl_err(f))?,
+        Some((f, t)) => {
+            let (alarms, id) = etcdctl::parse_alarm_list_of_cluster(t).map_err(etcdctl_err(f))?;
+            cluster_ids.extend(id.map(|id| (f, id)));
+            alarms
+        }
         None => Vec::new(),
     };
+    one_etcd_cluster(&cluster_ids)?;
     let (etcd, mut warnings) = match members {
         Ok(members) => {
             let (snapshot, warnings) =
@@ -512,6 +555,7 @@ pub fn assemble(texts: &DumpTexts) -> Result<Loaded, DumpError> {
         ),
     };
     let (control_plane, more) = control_plane(&objs, &kcp, etcd);
+    members_belong(&control_plane, &objs, ml_file, objects_file)?;
     warnings.extend(more);
     if !objs.ignored.is_empty() {
         warnings.push(format!(
@@ -523,6 +567,76 @@ pub fn assemble(texts: &DumpTexts) -> Result<Loaded, DumpError> {
         control_plane,
         kcp,
         warnings,
+    })
+}
+
+/// Refuses etcd dumps that name different etcd clusters: `(file, header.cluster_id)` of the
+/// member list, of each endpoint status entry and of the alarm list, in that order.
+fn one_etcd_cluster(ids: &[(&str, u64)]) -> Result<(), DumpError> {
+    let Some(&(first_file, first)) = ids.first() else {
+        return Ok(());
+    };
+    match ids.iter().find(|(_, id)| *id != first) {
+        Some(&(file, found)) => Err(DumpError::OtherEtcdCluster {
+            file: file.to_string(),
+            found,
+            first_file: first_file.to_string(),
+            first,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a member list of which not one started member belongs to a Machine of the control
+/// plane ([`ControlPlane::machine_of`], the engine's own match): the dumps are of different
+/// clusters, or the wrong KCP was chosen, and every answer drawn from them would be about
+/// nothing. External etcd has no members of Machines; a member list of unstarted members only,
+/// or an unknown one, cannot tell.
+fn members_belong(
+    cp: &ControlPlane,
+    objs: &Objects,
+    ml_file: &str,
+    objects_file: &str,
+) -> Result<(), DumpError> {
+    if cp.kcp.etcd == EtcdTopology::External {
+        return Ok(());
+    }
+    let started: Vec<&Member> = cp.members().iter().filter(|m| !m.is_unstarted()).collect();
+    if started.is_empty() || started.iter().any(|m| cp.machine_of(m).is_some()) {
+        return Ok(());
+    }
+    let members = started
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let machines = if cp.machines.is_empty() {
+        "it has no Machines there".to_string()
+    } else {
+        format!(
+            "its Machines are {}",
+            cp.machines
+                .iter()
+                .map(|m| match &m.node_name {
+                    Some(node) => format!("{} (node {node})", m.name),
+                    None => format!("{} (no node yet)", m.name),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let hint = if objs.kcps.len() > 1 {
+        " Or another KubeadmControlPlane of the objects is meant: choose it with --kcp".to_string()
+    } else {
+        String::new()
+    };
+    Err(DumpError::NoMemberMatches {
+        member_list: ml_file.to_string(),
+        objects: objects_file.to_string(),
+        kcp: cp.kcp_ref(),
+        members,
+        machines,
+        hint,
     })
 }
 

@@ -127,8 +127,12 @@ pub struct StatusConfig {
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("loading the serving certificate: {0}")]
-    Tls(#[from] tls::TlsError),
+    /// `what`: which of the TLS files (the error names its path).
+    #[error("loading {what}: {error}")]
+    Tls {
+        what: &'static str,
+        error: tls::TlsError,
+    },
     #[error("binding the admin address {addr}: {source}")]
     AdminBind {
         addr: SocketAddr,
@@ -138,6 +142,24 @@ pub enum ServerError {
         "the webhook server did not start listening on {0} (address in use, or no permission?)"
     )]
     Listen(SocketAddr),
+}
+
+/// Which TLS file a load error is about, in words: the serving certificate, its key, or the
+/// client CA; the error itself names the path.
+fn tls_file_kind(error: &tls::TlsError, config: &ServeConfig) -> &'static str {
+    let path = error.path();
+    let is = |p: &std::path::Path| path == Some(p);
+    if let Some(auth) = &config.client_auth
+        && is(&auth.ca_file)
+    {
+        "the client CA"
+    } else if is(&config.tls_key) {
+        "the serving key"
+    } else if is(&config.tls_cert) {
+        "the serving certificate"
+    } else {
+        "the serving certificate and key"
+    }
 }
 
 /// A running server.
@@ -253,7 +275,12 @@ pub async fn start(config: ServeConfig, client: Client) -> Result<Running, Serve
     }
 
     let client_auth = config.client_auth.as_ref();
-    let tls_config = tls::load(&config.tls_cert, &config.tls_key, client_auth).await?;
+    let tls_config = tls::load(&config.tls_cert, &config.tls_key, client_auth)
+        .await
+        .map_err(|error| ServerError::Tls {
+            what: tls_file_kind(&error, &config),
+            error,
+        })?;
     match client_auth {
         Some(auth) => tracing::info!(
             client_ca = %auth.ca_file.display(),

@@ -119,6 +119,25 @@ pub enum TlsError {
     Config(#[source] rustls::Error),
 }
 
+impl TlsError {
+    /// The file the error is about, `None` when it is about no one file (a key that does not
+    /// match its certificate is about both).
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            TlsError::Read { path, .. }
+            | TlsError::Pem { path, .. }
+            | TlsError::NoCertificate { path, .. }
+            | TlsError::NoKey { path, .. }
+            | TlsError::EncryptedKey { path }
+            | TlsError::InvalidKey { path, .. }
+            | TlsError::InvalidCertificate { path, .. }
+            | TlsError::X509 { path, .. }
+            | TlsError::ClientCa { path, .. } => Some(path),
+            TlsError::KeyMismatch { .. } | TlsError::Config(_) => None,
+        }
+    }
+}
+
 /// What the children's tests share: a freshly generated self-signed pair.
 #[cfg(test)]
 mod fixtures {

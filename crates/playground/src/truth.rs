@@ -503,6 +503,7 @@ mod tests {
             annotations: Vec::new(),
             created: String::new(),
             node: Some(name.into()),
+            remediable: true,
         }
     }
 

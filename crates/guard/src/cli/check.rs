@@ -206,7 +206,6 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     super::print_report(
         args.output,
         &report.warnings,
-        None,
         || render_text(&report),
         &report,
     )?;

@@ -19,6 +19,15 @@ use clap::Subcommand;
 /// clap uses for usage errors, so scripts see one "your input is wrong" code.
 pub const EXIT_BAD_INPUT: u8 = 2;
 
+/// An error as the command line prints it: its message, then each cause whose text the message
+/// does not already hold, joined with ": ". anyhow's `{:#}` prints every cause again, and an
+/// error that says its cause in its own message and also returns it as its `source()` (thiserror's
+/// `"...: {source}"`, as kube's errors and many of ours are written) would say it twice or three
+/// times.
+pub fn error_text(e: &anyhow::Error) -> String {
+    crate::etcd::channel::chain(e.as_ref())
+}
+
 /// The present as Unix seconds, from the clock: what the rules judge grace periods against.
 pub fn now_unix() -> anyhow::Result<i64> {
     use anyhow::Context;
@@ -45,12 +54,11 @@ pub fn block_on<T>(
 }
 
 /// Prints a command's report as every command does: its input warnings on stderr as
-/// `quorumguard: warning: ...`, then `text()` or the report as JSON on stdout. `nothing_in`, when
-/// there was nothing to report, says where was looked (a note on stderr with the text).
+/// `quorumguard: warning: ...`, then `text()` or the report as JSON on stdout. (A selection of no
+/// control plane is an error before it comes to this.)
 pub fn print_report(
     format: check::Format,
     warnings: &[String],
-    nothing_in: Option<&str>,
     text: impl FnOnce() -> String,
     report: &impl serde::Serialize,
 ) -> anyhow::Result<()> {
@@ -59,12 +67,7 @@ pub fn print_report(
         eprintln!("quorumguard: warning: {w}");
     }
     match format {
-        check::Format::Text => {
-            if let Some(scope) = nothing_in {
-                eprintln!("No KubeadmControlPlanes found in {scope}.");
-            }
-            print!("{}", text());
-        }
+        check::Format::Text => print!("{}", text()),
         check::Format::Json => println!(
             "{}",
             serde_json::to_string_pretty(report).context("cannot render the report as JSON")?

@@ -26,7 +26,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::check::{DumpArgs, Format};
-use super::status::ProbeArgs;
+use super::status::{ProbeArgs, SelectArgs};
 use crate::engine::rollout::{self, Preflight, Readiness};
 
 pub use render::{render_fleet, render_steps};
@@ -44,7 +44,16 @@ pub use report::{
     mut_arg("endpoint_health", |a| a.requires("objects")),
     mut_arg("alarms", |a| a.requires("objects")),
     mut_arg("kubeconfig", |a| a.conflicts_with("DumpArgs")),
-    mut_arg("context", |a| a.conflicts_with("DumpArgs"))
+    mut_arg("context", |a| a.conflicts_with("DumpArgs")),
+    mut_arg("namespace", |a| a.conflicts_with("DumpArgs")),
+    mut_arg("all_namespaces", |a| a.conflicts_with("DumpArgs")),
+    mut_arg("kcp", |a| {
+        a.help(
+            "The KubeadmControlPlane to predict (NAME or NAMESPACE/NAME). Online, default: every \
+             one in the namespace (every namespace with -A); none there is an error. Offline: \
+             needed when the objects hold several",
+        )
+    })
 )]
 #[command(after_help = "\
 Plays, for each KubeadmControlPlane, the rollout a change of spec.version would start, step by
@@ -74,28 +83,20 @@ run `kubectl quorumguard preflight`.
 
 Exit status: 0 when every control plane is READY (external etcd counts as READY), 1 when any would
 stick or is unsafe and every one could be judged, 2 when any could not be judged (CANNOT JUDGE,
-said on its line) or on bad input: bad flags, unreadable dumps, an unusable kubeconfig, an API
-server that cannot be reached or refuses, an unknown --kcp.")]
+said on its line) or on bad input: bad flags, unreadable dumps or dumps of different clusters,
+an unusable kubeconfig, an API server that cannot be reached or refuses, an unknown --kcp, or no
+KubeadmControlPlane in the namespace (the kubeconfig context's by default, as `status`; every
+namespace with -A).")]
 pub struct PreflightArgs {
-    /// Namespace of the KubeadmControlPlanes (default: all namespaces).
-    #[arg(
-        short = 'n',
-        long,
-        value_name = "NAMESPACE",
-        conflicts_with = "DumpArgs"
-    )]
-    pub namespace: Option<String>,
-    /// The KubeadmControlPlane to predict (NAME or NAMESPACE/NAME); online, default: every one in
-    /// scope; offline, needed when the objects hold several.
-    #[arg(long, value_name = "NAME", env = "QUORUMGUARD_KCP")]
-    pub kcp: Option<String>,
+    #[command(flatten)]
+    pub select: SelectArgs,
     /// Print the table of steps of the one KubeadmControlPlane selected (with --kcp, or -n when
     /// the namespace has one).
     #[arg(long)]
     pub steps: bool,
     /// Output format: `json` is `{"schema": "quorumguard.io/preflight/v1", "controlPlanes":
     /// [...]}`, each with its steps (--steps changes only the text).
-    #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
+    #[arg(short = 'o', long, value_enum, default_value_t = Format::Text, env = "QUORUMGUARD_OUTPUT")]
     pub output: Format,
     /// The present, for the join and learner grace of new Machines (RFC 3339; default: the
     /// clock). Makes the output reproducible.
@@ -133,7 +134,7 @@ pub fn run(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
     let policy = args.grace.policy();
     let (report, predictions) = match &args.dumps {
         Some(dumps) => {
-            let loaded = dumps.load(args.kcp.as_deref())?;
+            let loaded = dumps.load(args.select.kcp.as_deref())?;
             let offline = crate::engine::Policy {
                 offline: true,
                 ..policy.clone()
@@ -144,11 +145,9 @@ pub fn run(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
         }
         None => super::block_on(online::gather(args, &policy, now))?,
     };
-    let nothing = report.control_planes.is_empty();
     super::print_report(
         args.output,
         &report.warnings,
-        nothing.then_some(report.scope.as_str()),
         || {
             if args.steps {
                 render_steps(&report)

@@ -39,8 +39,8 @@ impl From<UnknownHealth> for OnUnknownHealth {
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
-Every flag has an environment twin (shown as [env: ...]). The webhook answers on --listen over
-HTTPS (TLS 1.2/1.3, h2 and http/1.1): POST /validate/machines and POST
+Every flag but --help and --version has an environment twin (shown as [env: ...]). The webhook
+answers on --listen over HTTPS (TLS 1.2/1.3, h2 and http/1.1): POST /validate/machines and POST
 /validate/kubeadmcontrolplanes. The admin port answers /livez, /readyz and /metrics over plain
 HTTP. SIGTERM: report not-ready for --shutdown-delay, then finish in-flight reviews within
 --shutdown-grace and exit.")]
@@ -205,14 +205,14 @@ pub struct ServeArgs {
     )]
     pub leader_election_lease: String,
     /// How long other replicas wait, after last seeing the Lease renewed, before taking over.
-    #[arg(long, default_value = "15s", value_parser = super::duration)]
+    #[arg(long, env = "QUORUMGUARD_LEASE_DURATION", default_value = "15s", value_parser = super::duration)]
     pub lease_duration: Duration,
     /// The holder stops writing when it has not renewed the Lease for this long (shorter than
     /// --lease-duration, so two writers never overlap).
-    #[arg(long, default_value = "10s", value_parser = super::duration)]
+    #[arg(long, env = "QUORUMGUARD_LEASE_RENEW_DEADLINE", default_value = "10s", value_parser = super::duration)]
     pub lease_renew_deadline: Duration,
     /// Time between two attempts to take or renew the Lease.
-    #[arg(long, default_value = "2s", value_parser = super::duration)]
+    #[arg(long, env = "QUORUMGUARD_LEASE_RETRY_PERIOD", default_value = "2s", value_parser = super::duration)]
     pub lease_retry_period: Duration,
 }
 

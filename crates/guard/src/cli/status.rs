@@ -19,7 +19,7 @@
 mod gather;
 pub(super) mod mgmt;
 mod render;
-mod select;
+pub(super) mod select;
 #[cfg(test)]
 mod tests;
 
@@ -64,12 +64,33 @@ run `kubectl quorumguard status [CLUSTER]`.
 Exit status: 0 when every control plane was probed and needs nothing (next action None; external
 etcd is not probed and needs nothing), 1 when any needs an action or its etcd could not be probed
 (the error is shown, not fatal), 2 on bad input: bad flags, an unusable kubeconfig, an API server
-that cannot be reached or refuses, an unknown Cluster, or a Cluster without a KubeadmControlPlane.")]
+that cannot be reached or refuses, an unknown Cluster or --kcp, a Cluster without a
+KubeadmControlPlane, or no KubeadmControlPlane in the namespace.")]
 pub struct StatusArgs {
-    /// The Cluster whose KubeadmControlPlane to show. Without it: every KubeadmControlPlane in the
-    /// namespace (all namespaces with -A).
+    /// The Cluster whose KubeadmControlPlane to show, in the namespace (another way to name it
+    /// than --kcp, kept from before --kcp).
     #[arg(value_name = "CLUSTER", conflicts_with = "all_namespaces")]
     pub cluster: Option<String>,
+    #[command(flatten)]
+    pub select: SelectArgs,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Output format: `json` is `{"schema": "quorumguard.io/status/v1", "controlPlanes": [...]}`,
+    /// each entry a `check -o json` report with `probe` and `conditions` added.
+    #[arg(short = 'o', long, value_enum, default_value_t = Format::Text, env = "QUORUMGUARD_OUTPUT")]
+    pub output: Format,
+    #[command(flatten)]
+    pub grace: super::GraceArgs,
+}
+
+/// Which KubeadmControlPlanes: `status`'s and `preflight`'s flags alike (`check` names the one of
+/// its dumps with the same --kcp).
+#[derive(Debug, Args)]
+pub struct SelectArgs {
+    /// The KubeadmControlPlane (NAME or NAMESPACE/NAME). Default: every one in the namespace
+    /// (every namespace with -A); none there is an error.
+    #[arg(long, value_name = "NAME", env = "QUORUMGUARD_KCP")]
+    pub kcp: Option<String>,
     /// Namespace of the Cluster API objects (default: the kubeconfig context's namespace, else
     /// "default", as kubectl does).
     #[arg(short = 'n', long, value_name = "NAMESPACE")]
@@ -77,14 +98,6 @@ pub struct StatusArgs {
     /// Every namespace (overrides --namespace, as in kubectl).
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
-    #[command(flatten)]
-    pub probe: ProbeArgs,
-    /// Output format: `json` is `{"schema": "quorumguard.io/status/v1", "controlPlanes": [...]}`,
-    /// each entry a `check -o json` report with `probe` and `conditions` added.
-    #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
-    pub output: Format,
-    #[command(flatten)]
-    pub grace: super::GraceArgs,
 }
 
 /// How the management cluster is reached and each workload cluster's etcd probed: `status`'s
@@ -200,11 +213,9 @@ impl ControlPlaneStatus {
 /// Runs `status`. Errors are bad input or an unusable API server (exit 2).
 pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let report = super::block_on(gather(args))?;
-    let nothing = report.control_planes.is_empty();
     super::print_report(
         args.output,
         &report.warnings,
-        nothing.then_some(report.scope.as_str()),
         || render_text(&report),
         &report,
     )?;

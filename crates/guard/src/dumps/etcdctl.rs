@@ -51,6 +51,8 @@ pub const ENDPOINT_HEALTH: &str = "etcdctl endpoint health --cluster -w json";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointStatus {
     pub endpoint: String,
+    /// The etcd cluster the answering member belongs to (`header.cluster_id`).
+    pub cluster_id: Option<u64>,
     pub member_id: Option<MemberId>,
     /// `None` when the member knows no leader.
     pub leader: Option<MemberId>,
@@ -80,6 +82,8 @@ pub struct AlarmEntry {
 
 #[derive(Deserialize)]
 struct MemberListJson {
+    #[serde(default)]
+    header: Option<HeaderJson>,
     members: Vec<MemberJson>,
 }
 
@@ -127,6 +131,8 @@ struct StatusJson {
 
 #[derive(Deserialize)]
 struct HeaderJson {
+    #[serde(default, deserialize_with = "de_opt_id")]
+    cluster_id: Option<u64>,
     #[serde(default, deserialize_with = "de_opt_id")]
     member_id: Option<u64>,
 }
@@ -217,11 +223,19 @@ fn shape(command: &'static str, e: serde_json::Error) -> EtcdctlError {
 
 /// Parses `etcdctl member list -w json`. Health is unknown until status or health says more.
 pub fn parse_member_list(text: &str) -> Result<Vec<Member>, EtcdctlError> {
+    parse_member_list_of_cluster(text).map(|(members, _)| members)
+}
+
+/// [`parse_member_list`], with the etcd cluster it lists (`header.cluster_id`, when present).
+pub fn parse_member_list_of_cluster(
+    text: &str,
+) -> Result<(Vec<Member>, Option<u64>), EtcdctlError> {
     let list: MemberListJson = serde_json::from_str(text).map_err(|e| shape(MEMBER_LIST, e))?;
     if list.members.is_empty() {
         return Err(EtcdctlError::NoMembers);
     }
-    Ok(list
+    let cluster_id = list.header.and_then(|h| h.cluster_id);
+    let members = list
         .members
         .into_iter()
         .map(|m| {
@@ -231,7 +245,8 @@ pub fn parse_member_list(text: &str) -> Result<Vec<Member>, EtcdctlError> {
             member.is_learner = m.is_learner;
             member
         })
-        .collect())
+        .collect();
+    Ok((members, cluster_id))
 }
 
 /// What a member list dump holds when `etcdctl member list` failed: nothing (etcdctl prints its
@@ -331,6 +346,7 @@ pub fn parse_endpoint_status(text: &str) -> Result<Vec<EndpointStatus>, EtcdctlE
         .into_iter()
         .map(|e| EndpointStatus {
             endpoint: e.endpoint,
+            cluster_id: e.status.header.as_ref().and_then(|h| h.cluster_id),
             member_id: e.status.header.and_then(|h| h.member_id).map(MemberId),
             leader: e.status.leader.filter(|l| *l != 0).map(MemberId),
             version: e.status.version.filter(|v| !v.is_empty()),
@@ -384,8 +400,12 @@ pub fn parse_alarm(text: &str) -> Option<Result<AlarmEntry, String>> {
     }))
 }
 
+/// etcd's `AlarmResponse` as etcdctl prints it: a header, and `alarms` when there are any.
+/// Nothing else: another etcdctl output (a member list has `members`) is not an alarm list.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct AlarmListJson {
+    header: HeaderJson,
     #[serde(default)]
     alarms: Vec<AlarmJson>,
 }
@@ -413,9 +433,18 @@ pub const ALARM_LIST: &str = "etcdctl alarm list -w json";
 
 /// Parses `etcdctl alarm list`, plain or `-w json` (empty output: no alarms).
 pub fn parse_alarm_list(text: &str) -> Result<Vec<AlarmEntry>, EtcdctlError> {
+    parse_alarm_list_of_cluster(text).map(|(alarms, _)| alarms)
+}
+
+/// [`parse_alarm_list`], with the etcd cluster of the member that answered (`header.cluster_id`
+/// of `-w json`; the plain text names none).
+pub fn parse_alarm_list_of_cluster(
+    text: &str,
+) -> Result<(Vec<AlarmEntry>, Option<u64>), EtcdctlError> {
     if text.trim_start().starts_with('{') {
         let list: AlarmListJson = serde_json::from_str(text).map_err(|e| shape(ALARM_LIST, e))?;
-        return Ok(list
+        let cluster_id = list.header.cluster_id;
+        let alarms = list
             .alarms
             .into_iter()
             .filter_map(|a| {
@@ -436,7 +465,8 @@ pub fn parse_alarm_list(text: &str) -> Result<Vec<AlarmEntry>, EtcdctlError> {
                     alarm,
                 })
             })
-            .collect());
+            .collect();
+        return Ok((alarms, cluster_id));
     }
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -459,7 +489,7 @@ pub fn parse_alarm_list(text: &str) -> Result<Vec<AlarmEntry>, EtcdctlError> {
             }
         }
     }
-    Ok(out)
+    Ok((out, None))
 }
 
 /// host:port of an endpoint URL, the way member client URLs and endpoints are matched

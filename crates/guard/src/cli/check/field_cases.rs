@@ -249,6 +249,6 @@ fn nospace_frees_space_and_corrupt_is_remediated() {
     assert_remediate_m4(&a);
     assert_says(&a, "alarm CORRUPT");
     // No alarm listed: converged.
-    d.alarms = Some(r#"{"header":{"cluster_id":1}}"#.into());
+    d.alarms = Some(r#"{"header":{"cluster_id":2497353551676525385}}"#.into());
     assert_eq!(d.next(OLD).code, "None");
 }

@@ -7,36 +7,23 @@ use anyhow::bail;
 
 use super::{ControlPlanePreflight, PreflightArgs, PreflightReport};
 use crate::cli::check::Format;
-use crate::cli::status::mgmt::{Listed, Scope};
+use crate::cli::status::mgmt::Scope;
+pub(super) use crate::cli::status::select::select_kcps as select;
+use crate::cli::status::select::{scope_of, scope_words, shown};
 use crate::cli::status::{connect, probe};
 use crate::engine::Policy;
 use crate::engine::rollout::{self, Preflight};
 use crate::state::Key;
 
-/// Lists, probes and predicts. Errors (exit 2): the API server, an unknown `--kcp`, `--steps`
-/// without exactly one control plane.
+/// Lists, probes and predicts. Errors (exit 2): the API server, an unknown `--kcp`, no
+/// KubeadmControlPlane in scope, `--steps` without exactly one control plane.
 pub(super) async fn gather(
     args: &PreflightArgs,
     policy: &Policy,
     now: i64,
 ) -> anyhow::Result<(PreflightReport, Vec<Preflight>)> {
-    let (mgmt, _) = connect(&args.probe).await?;
-    let (namespace, name) = match args.kcp.as_deref().and_then(|k| k.split_once('/')) {
-        Some((ns, name)) => (Some(ns.to_string()), Some(name.to_string())),
-        None => (args.namespace.clone(), args.kcp.clone()),
-    };
-    if let (Some(a), Some(b)) = (&args.namespace, &namespace)
-        && a != b
-    {
-        bail!(
-            "--kcp {} names namespace {b}, -n says {a}",
-            args.kcp.as_deref().unwrap_or("")
-        );
-    }
-    let scope = match &namespace {
-        Some(ns) => Scope::Namespace(ns.clone()),
-        None => Scope::All,
-    };
+    let (mgmt, context_namespace) = connect(&args.probe).await?;
+    let (scope, name) = scope_of(&args.select, context_namespace)?;
     let listed = mgmt.list_all(&scope).await?;
     let selected = select(&listed, name.as_deref(), &scope)?;
     if args.steps && selected.len() != 1 {
@@ -74,57 +61,6 @@ fn progress_line(done: usize, of: usize) {
     let mut err = std::io::stderr().lock();
     let _ = write!(err, "\rprobing etcd: {done}/{of} clusters");
     let _ = err.flush();
-}
-
-fn scope_words(scope: &Scope) -> String {
-    match scope {
-        Scope::Namespace(ns) => format!("namespace {ns}"),
-        Scope::All => "any namespace".into(),
-    }
-}
-
-/// The KubeadmControlPlanes in scope named `name` (all of them without a name), sorted.
-pub(super) fn select(
-    listed: &Listed,
-    name: Option<&str>,
-    scope: &Scope,
-) -> anyhow::Result<Vec<Key>> {
-    let mut all: Vec<Key> = listed
-        .kcps
-        .iter()
-        .map(|k| (k.object.namespace.clone(), k.object.name.clone()))
-        .collect();
-    all.sort();
-    let Some(name) = name else {
-        return Ok(all);
-    };
-    let chosen: Vec<Key> = all.iter().filter(|(_, n)| n == name).cloned().collect();
-    if chosen.is_empty() {
-        let there = if all.is_empty() {
-            "there are none".to_string()
-        } else {
-            format!("there are: {}", shown(&all))
-        };
-        bail!(
-            "no KubeadmControlPlane {name:?} in {}; {there}",
-            scope_words(scope)
-        );
-    }
-    Ok(chosen)
-}
-
-/// `ns/name, ns/name, ...`, at most 20, then how many more.
-fn shown(keys: &[Key]) -> String {
-    const SHOWN: usize = 20;
-    let mut s: Vec<String> = keys
-        .iter()
-        .take(SHOWN)
-        .map(|(ns, n)| format!("{ns}/{n}"))
-        .collect();
-    if keys.len() > SHOWN {
-        s.push(format!("and {} more", keys.len() - SHOWN));
-    }
-    s.join(", ")
 }
 
 /// The message for `--steps` without exactly one control plane selected.

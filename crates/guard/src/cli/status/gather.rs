@@ -8,7 +8,7 @@ use anyhow::{Context, anyhow, bail};
 use kube::Client;
 
 use super::mgmt::{Listed, Mgmt, Scope, kube_config};
-use super::select::{Unselected, clusters_elsewhere, select, unknown_cluster};
+use super::select::{choose, scope_of};
 use super::{
     ControlPlaneStatus, ProbeArgs, ProbeOut, ProbeResult, SCHEMA, StatusArgs, StatusReport,
 };
@@ -21,30 +21,20 @@ use crate::status::conditions;
 
 /// Lists, probes and reports.
 pub(super) async fn gather(args: &StatusArgs) -> anyhow::Result<StatusReport> {
-    let (mgmt, default_namespace) = connect(&args.probe).await?;
-    let namespace = args.namespace.clone().unwrap_or(default_namespace);
-    let scope = if args.all_namespaces {
-        Scope::All
-    } else {
-        Scope::Namespace(namespace.clone())
-    };
+    let (mgmt, context_namespace) = connect(&args.probe).await?;
+    let (scope, kcp) = scope_of(&args.select, context_namespace)?;
+    if let (Some(cluster), Some(kcp)) = (&args.cluster, &kcp) {
+        bail!("name the control plane once: Cluster {cluster:?} or --kcp {kcp:?}, not both");
+    }
     let listed = mgmt.list_all(&scope).await?;
-    let selected = match select(&listed, args.cluster.as_deref(), &scope) {
-        Ok(s) => s,
-        Err(Unselected::Other(e)) => return Err(e),
-        Err(Unselected::UnknownCluster {
-            namespace,
-            name,
-            names,
-        }) => {
-            let elsewhere = if names.is_empty() {
-                clusters_elsewhere(&mgmt).await.unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            bail!(unknown_cluster(&namespace, &name, &names, &elsewhere));
-        }
-    };
+    let selected = choose(
+        &mgmt,
+        &listed,
+        args.cluster.as_deref(),
+        kcp.as_deref(),
+        &scope,
+    )
+    .await?;
     let probed = probe(&mgmt, listed, &selected, &args.probe, None).await;
     let policy = args.grace.policy();
     let now_unix = crate::cli::now_unix()?;

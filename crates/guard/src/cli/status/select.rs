@@ -1,9 +1,11 @@
-//! Choosing the KubeadmControlPlanes to show from what was listed, and the messages for a
-//! Cluster that is not there or has no KubeadmControlPlane.
+//! Choosing the KubeadmControlPlanes to show from what was listed (`status` and `preflight`
+//! alike), and the messages for a Cluster that is not there or has no KubeadmControlPlane, and
+//! for a selection that matched none.
 
-use anyhow::anyhow;
+use anyhow::{anyhow, bail};
 use kube::ResourceExt;
 
+use super::SelectArgs;
 use super::mgmt::{Listed, Mgmt, Scope};
 use crate::capi::CapiKcp;
 use crate::state::{Key, Kind};
@@ -123,6 +125,36 @@ pub(super) fn select(
     })
 }
 
+/// The KubeadmControlPlanes `status` shows: the one of Cluster `cluster`, else those named `kcp`,
+/// else every one in scope; none is an error.
+pub(super) async fn choose(
+    mgmt: &Mgmt,
+    listed: &Listed,
+    cluster: Option<&str>,
+    kcp: Option<&str>,
+    scope: &Scope,
+) -> anyhow::Result<Vec<Key>> {
+    let Some(cluster) = cluster else {
+        return select_kcps(listed, kcp, scope);
+    };
+    match select(listed, Some(cluster), scope) {
+        Ok(s) => Ok(s),
+        Err(Unselected::Other(e)) => Err(e),
+        Err(Unselected::UnknownCluster {
+            namespace,
+            name,
+            names,
+        }) => {
+            let elsewhere = if names.is_empty() {
+                clusters_elsewhere(mgmt).await.unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            bail!(unknown_cluster(&namespace, &name, &names, &elsewhere));
+        }
+    }
+}
+
 /// `namespace/name` of every Cluster anywhere, for the message about an unknown Cluster when
 /// the namespace has none. Best effort: listing everywhere may be forbidden.
 pub(super) async fn clusters_elsewhere(mgmt: &Mgmt) -> Option<Vec<String>> {
@@ -133,4 +165,109 @@ pub(super) async fn clusters_elsewhere(mgmt: &Mgmt) -> Option<Vec<String>> {
         .collect();
     v.sort();
     Some(v)
+}
+
+/// Where to list, and the KubeadmControlPlane name asked for (`--kcp`), from the selection flags
+/// and the namespace of the kubeconfig's context (kubectl's default): `--kcp NAMESPACE/NAME`
+/// names its namespace, else `-n`, else `-A` for every namespace, else the context's.
+pub(in crate::cli) fn scope_of(
+    select: &SelectArgs,
+    context_namespace: String,
+) -> anyhow::Result<(Scope, Option<String>)> {
+    let (kcp_namespace, name) = match select.kcp.as_deref() {
+        None => (None, None),
+        Some(k) => {
+            let (ns, name) = match k.split_once('/') {
+                Some((ns, name)) => (Some(ns), name),
+                None => (None, k),
+            };
+            if name.is_empty() || ns.is_some_and(str::is_empty) || name.contains('/') {
+                bail!("--kcp {k:?}: expected NAME or NAMESPACE/NAME");
+            }
+            (ns, Some(name.to_string()))
+        }
+    };
+    if let (Some(n), Some(k)) = (&select.namespace, kcp_namespace)
+        && n != k
+    {
+        bail!(
+            "--kcp {} names namespace {k}, -n says {n}",
+            select.kcp.as_deref().unwrap_or("")
+        );
+    }
+    let scope = match (kcp_namespace, &select.namespace) {
+        (Some(ns), _) => Scope::Namespace(ns.to_string()),
+        (None, _) if select.all_namespaces => Scope::All,
+        (None, Some(ns)) => Scope::Namespace(ns.clone()),
+        (None, None) => Scope::Namespace(context_namespace),
+    };
+    Ok((scope, name))
+}
+
+pub(in crate::cli) fn scope_words(scope: &Scope) -> String {
+    match scope {
+        Scope::Namespace(ns) => format!("namespace {ns}"),
+        Scope::All => "any namespace".into(),
+    }
+}
+
+/// The KubeadmControlPlanes in scope named `name` (all of them without a name), sorted. None is
+/// an error: a gate that matched nothing must not pass for one that found nothing wrong.
+pub(in crate::cli) fn select_kcps(
+    listed: &Listed,
+    name: Option<&str>,
+    scope: &Scope,
+) -> anyhow::Result<Vec<Key>> {
+    let mut all: Vec<Key> = listed
+        .kcps
+        .iter()
+        .map(|k| (k.object.namespace.clone(), k.object.name.clone()))
+        .collect();
+    all.sort();
+    let Some(name) = name else {
+        if all.is_empty() {
+            bail!(none_matched(scope));
+        }
+        return Ok(all);
+    };
+    let chosen: Vec<Key> = all.iter().filter(|(_, n)| n == name).cloned().collect();
+    if chosen.is_empty() {
+        let there = if all.is_empty() {
+            "there are none".to_string()
+        } else {
+            format!("there are: {}", shown(&all))
+        };
+        bail!(
+            "no KubeadmControlPlane {name:?} in {}; {there}",
+            scope_words(scope)
+        );
+    }
+    Ok(chosen)
+}
+
+/// The message for a scope without a KubeadmControlPlane.
+pub(in crate::cli) fn none_matched(scope: &Scope) -> String {
+    match scope {
+        Scope::Namespace(ns) => format!(
+            "no KubeadmControlPlane matched: there is none in namespace {ns}. Choose the namespace \
+             with -n NAMESPACE, or every namespace with -A"
+        ),
+        Scope::All => "no KubeadmControlPlane matched: there is none in any namespace (is the \
+                       kubeconfig's cluster the management cluster?)"
+            .to_string(),
+    }
+}
+
+/// `ns/name, ns/name, ...`, at most 20, then how many more.
+pub(in crate::cli) fn shown(keys: &[Key]) -> String {
+    const SHOWN: usize = 20;
+    let mut s: Vec<String> = keys
+        .iter()
+        .take(SHOWN)
+        .map(|(ns, n)| format!("{ns}/{n}"))
+        .collect();
+    if keys.len() > SHOWN {
+        s.push(format!("and {} more", keys.len() - SHOWN));
+    }
+    s.join(", ")
 }
