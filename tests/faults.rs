@@ -402,7 +402,7 @@ async fn all_members_unreachable_is_health_unknown_until_they_answer() {
         "the default policy allows controllers with a warning: {a:?}"
     );
     let s = g
-        .send(KCPS, &replicas_review(3, 2, JANE, true, "scale"))
+        .send(KCPS, &replicas_review(3, 5, JANE, true, "scale"))
         .await;
     assert_eq!(
         (s.allowed, s.reason.as_str()),

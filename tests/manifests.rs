@@ -857,11 +857,17 @@ fn rbac_is_least_privilege() {
         BTreeSet::from([
             "clusters",
             "machines",
+            "machinehealthchecks",
             "kubeadmcontrolplanes",
             "kubeadmcontrolplanes/status",
             "events",
             "secrets",
         ])
+    );
+    // MachineHealthChecks: read only, for whether remediation can happen (issue 40).
+    assert_eq!(
+        verbs(&cluster_rules, "cluster.x-k8s.io", "machinehealthchecks"),
+        set(&["get", "list", "watch"])
     );
 
     // The bindings give those roles to the guard's ServiceAccount, and nothing else.
@@ -901,7 +907,7 @@ fn every_rbac_rule_and_the_side_effects_choice_are_explained() {
             );
         }
     }
-    assert_eq!(rules, 7);
+    assert_eq!(rules, 8);
     assert!(
         rbac.contains("cannot restrict by a name pattern"),
         "why secrets are cluster-wide"

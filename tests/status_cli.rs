@@ -154,6 +154,9 @@ async fn live(test: &str) -> (EtcdCluster, ApiServer, PathBuf, Vec<String>) {
     let etcd = EtcdCluster::start(3);
     let api = ApiServer::start().await.expect("stand-in");
     let members: Vec<String> = (0..3).map(|i| etcd.name(i).to_string()).collect();
+    // KCP v1.32: learner joins, as kubeadm joins by default since v1.29, so a rollout of this
+    // healthy control plane is READY (with voting joins it passes fault tolerance 0 at each
+    // join: UNSAFE, the engine's rollout tests).
     seed::cluster(
         &api,
         NS,
@@ -161,7 +164,7 @@ async fn live(test: &str) -> (EtcdCluster, ApiServer, PathBuf, Vec<String>) {
         seed::direct_to(&etcd),
         &members,
         Some(&etcd.pki),
-        |_| {},
+        |k| k["spec"]["version"] = json!("v1.32.0"),
     );
     let kubeconfig = scratch(test).join("kubeconfig");
     api.write_kubeconfig(&kubeconfig).expect("kubeconfig");

@@ -126,8 +126,11 @@ async fn rollout_series(running: &Running) -> Vec<String> {
 async fn publishes_member_table_and_next_action() {
     let mut etcd = EtcdCluster::start(3);
     let api = ApiServer::start().await.expect("stand-in");
+    // KCP v1.32 (learner joins): the readiness published for a healthy control plane is READY
+    // (voting joins pass fault tolerance 0 at each join).
     let members = seed::control_plane(&api, &etcd, seed::direct_to(&etcd), |k| {
         k["status"] = json!({"conditions": kcp_own_conditions()});
+        k["spec"]["version"] = json!("v1.32.0");
     });
     let generation = kcp(&api)["metadata"]["generation"].clone();
 

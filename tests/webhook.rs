@@ -80,6 +80,8 @@ async fn world(machines: &[&str]) -> World {
     let api = ApiServer::start().await.expect("stand-in");
     api.insert(cluster_object(json!({}))).expect("cluster");
     api.insert(stored(kcp_object())).expect("kcp");
+    api.insert(support::seed::health_check(NS, "test", "test-controlplane"))
+        .expect("machine health check");
     for x in machines {
         api.insert(stored(machine_object(x))).expect("machine");
     }
@@ -163,7 +165,7 @@ async fn machine_delete_rules_over_https() {
         "voting 3",
         "healthy 2",
         "cp-c",
-        "ask KCP to replace it",
+        "Ask KCP to replace Machine capi-test/test-cp-c",
     ] {
         assert!(msg.contains(needle), "{needle} missing: {msg}");
     }

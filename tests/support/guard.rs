@@ -166,6 +166,8 @@ pub async fn standin() -> ApiServer {
     let api = ApiServer::start().await.expect("stand-in");
     api.insert(cluster_object(json!({}))).expect("cluster");
     api.insert(stored(kcp_object())).expect("kcp");
+    api.insert(super::seed::health_check(NS, "test", "test-controlplane"))
+        .expect("machine health check");
     for x in ["a", "b", "c"] {
         let machine = machine_named(&format!("test-cp-{x}"), &format!("cp-{x}"));
         api.insert(stored(machine)).expect("machine");

@@ -99,7 +99,30 @@ pub fn cluster_objects(
     if let Some(pki) = ca {
         objects.push(etcd_ca_secret(namespace, cluster, pki));
     }
+    objects.push(health_check(namespace, cluster, &kcp_name));
     objects
+}
+
+/// A MachineHealthCheck over the control-plane Machines of KCP `kcp_name`, as a real
+/// management cluster has for remediation to happen (docs/rules.md): without one the next
+/// action asks for it (`EnableRemediation`) instead of a remediation. It acts on nothing by
+/// itself (an hour's timeouts), like the playground's.
+pub fn health_check(namespace: &str, cluster: &str, kcp_name: &str) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "MachineHealthCheck",
+        "metadata": {"name": format!("{cluster}-cp-mhc"), "namespace": namespace},
+        "spec": {
+            "clusterName": cluster,
+            "selector": {"matchLabels": {"cluster.x-k8s.io/control-plane-name": kcp_name}},
+            "checks": {
+                "nodeStartupTimeoutSeconds": 3600,
+                "unhealthyNodeConditions": [
+                    {"type": "Ready", "status": "Unknown", "timeoutSeconds": 3600}
+                ],
+            },
+        },
+    })
 }
 
 /// Cluster `test` in the fixture namespace over every member of `etcd`, with its CA Secret.

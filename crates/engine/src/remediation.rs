@@ -82,7 +82,7 @@ impl fmt::Display for Trigger {
 
 impl HealthCheck {
     pub fn targets(&self, m: &Machine) -> bool {
-        self.targets.iter().any(|t| *t == m.name)
+        self.targets.contains(&m.name)
     }
 
     /// What it would count with `m` marked for remediation: its last count, plus `m` unless `m`

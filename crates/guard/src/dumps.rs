@@ -84,21 +84,27 @@ pub enum DumpError {
         first_file: String,
         first: u64,
     },
-    /// Not one etcd member of the member list belongs to a Machine of the chosen KCP.
-    #[error(
-        "no etcd member in {member_list} belongs to a Machine of KubeadmControlPlane {kcp} in \
-         {objects}: the members are {members}; {machines}. A member belongs to the Machine whose \
-         node (status.nodeRef.name, else the Machine's name) has the member's name: are the dumps \
-         of the same cluster?{hint}"
-    )]
-    NoMemberMatches {
-        member_list: String,
-        objects: String,
-        kcp: String,
-        members: String,
-        machines: String,
-        hint: String,
-    },
+    /// Not one etcd member of the member list belongs to a Machine of the chosen KCP (boxed:
+    /// the largest variant by far, and every `Result` of this module carries it).
+    #[error("{0}")]
+    NoMemberMatches(Box<NoMemberMatches>),
+}
+
+/// What [`DumpError::NoMemberMatches`] names.
+#[derive(Debug, Error)]
+#[error(
+    "no etcd member in {member_list} belongs to a Machine of KubeadmControlPlane {kcp} in \
+     {objects}: the members are {members}; {machines}. A member belongs to the Machine whose \
+     node (status.nodeRef.name, else the Machine's name) has the member's name: are the dumps \
+     of the same cluster?{hint}"
+)]
+pub struct NoMemberMatches {
+    pub member_list: String,
+    pub objects: String,
+    pub kcp: String,
+    pub members: String,
+    pub machines: String,
+    pub hint: String,
 }
 
 /// The Cluster API objects of one dump, parsed; other kinds are named in `ignored`.
@@ -630,14 +636,14 @@ fn members_belong(
     } else {
         String::new()
     };
-    Err(DumpError::NoMemberMatches {
+    Err(DumpError::NoMemberMatches(Box::new(NoMemberMatches {
         member_list: ml_file.to_string(),
         objects: objects_file.to_string(),
         kcp: cp.kcp_ref(),
         members,
         machines,
         hint,
-    })
+    })))
 }
 
 #[cfg(test)]

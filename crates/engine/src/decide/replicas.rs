@@ -78,7 +78,7 @@ pub(super) fn judge_update(
 pub(super) fn kcp_refuses(etcd: EtcdTopology, to: u32) -> Option<&'static str> {
     if to == 0 {
         Some("spec.replicas \"cannot be less than or equal to 0\"")
-    } else if to % 2 == 0 && etcd == EtcdTopology::Stacked {
+    } else if to.is_multiple_of(2) && etcd == EtcdTopology::Stacked {
         Some("spec.replicas \"cannot be an even number when etcd is stacked\"")
     } else {
         None

@@ -497,7 +497,7 @@ fn target_remove_another_member_missing_by_a_person() {
 /// first, as KCP's check does.
 fn add_one(c: &ControlPlane) -> Verdict {
     let r = c.kcp.replicas;
-    scale(c, r + if r % 2 == 0 { 1 } else { 2 })
+    scale(c, r + if r.is_multiple_of(2) { 1 } else { 2 })
 }
 
 const SCALE_UP: (bool, Reason) = (true, Reason::ScaleUpSafe);
