@@ -204,7 +204,7 @@ pub(super) async fn seed_health_check(api: &Backend) -> Result<(), WorldError> {
 }
 
 impl super::World {
-    /// A person creates [`health_check_object`] (`kubectl apply -f`).
+    /// A person creates the seeded MachineHealthCheck, `health_check_object` (`kubectl apply -f`).
     pub async fn create_health_check(&self) -> Result<(), WorldError> {
         seed_health_check(&self.api).await
     }
