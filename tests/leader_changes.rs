@@ -388,12 +388,13 @@ fn leader_changes_publish_no_false_alarm() {
             ));
         }
         if w.action == "RemediateMachine" {
-            // "Machine <ns>/test-<member> has ..." names the Machine of the member.
+            // "Ask KCP to replace Machine <ns>/test-<member>, which ..." names the Machine of
+            // the member: the first word naming a Machine of this cluster.
             let member = w
                 .target_message
                 .split_whitespace()
-                .nth(1)
-                .and_then(|m| m.strip_prefix(&format!("{NS}/test-")))
+                .find_map(|m| m.strip_prefix(&format!("{NS}/test-")))
+                .map(|m| m.trim_end_matches([',', '.', ':']))
                 .unwrap_or_default()
                 .to_string();
             if !bench.downtime.down_near(&member, w.at) {
