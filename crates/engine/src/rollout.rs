@@ -1594,26 +1594,11 @@ mod tests {
         let f = last.one_failure.as_ref().expect("a member can fail");
         assert_eq!(f.sticks_at, None, "the rollout is done: {f:?}");
     }
-}
-
-#[cfg(test)]
-mod voting_join_tests {
-    use super::*;
-    use crate::testkit::*;
 
     /// kubeadm v1.28 without the `EtcdLearnerMode` gate: voting joins.
     fn voting(members: &[(&str, Health)]) -> ControlPlane {
         let mut c = cp(members.len() as u32, members);
         c.kcp.version = Some("v1.28.0".into());
-        c
-    }
-
-    fn etcd_version(mut c: ControlPlane, version: &str) -> ControlPlane {
-        if let EtcdState::Observed(s) = &mut c.etcd {
-            for m in &mut s.members {
-                m.version = Some(version.into());
-            }
-        }
         c
     }
 
@@ -1624,9 +1609,11 @@ mod voting_join_tests {
     #[test]
     fn voting_joins_count_at_once_and_start_in_a_later_step() {
         for etcd in ["3.4.23", "3.5.30"] {
-            let p = preflight(&etcd_version(three_voting(), etcd), &Policy::default(), NOW);
-            let kinds: Vec<&str> = p.steps.iter().map(|s| s.kind.as_str()).collect();
-            assert_eq!(kinds[..5], ["create", "join", "start", "delete", "removed"]);
+            let p = predict(&with_etcd(three_voting(), Some(etcd)));
+            assert_eq!(
+                kinds(&p)[..5],
+                ["create", "join", "start", "delete", "removed"]
+            );
             assert_eq!(
                 p.steps[1].counts,
                 Counts {
@@ -1663,9 +1650,8 @@ mod voting_join_tests {
     fn the_learner_gate_on_v1_28_plays_learner_joins() {
         let mut c = three_voting();
         c.kcp.etcd_learner_mode = Some(true);
-        let p = preflight(&c, &Policy::default(), NOW);
-        let kinds: Vec<&str> = p.steps.iter().map(|s| s.kind.as_str()).collect();
-        assert_eq!(kinds[..3], ["create", "join", "promote"]);
+        let p = predict(&c);
+        assert_eq!(kinds(&p)[..3], ["create", "join", "promote"]);
         assert_eq!(p.readiness, Readiness::Ready, "{}", p.summary());
     }
 }
