@@ -84,27 +84,7 @@ fn check_voting(voting: &[V], st: &mut Stats) {
 
 #[test]
 fn every_control_plane_up_to_seven_members() {
-    let classes: Vec<(H, Owner)> = HEALTHS
-        .iter()
-        .flat_map(|h| OWNERS.iter().map(move |o| (*h, *o)))
-        .collect();
-    let all_voting: Vec<Vec<V>> = (1..=7)
-        .flat_map(|n| multisets(classes.len(), n))
-        .map(|vm| {
-            vm.iter()
-                .zip(&classes)
-                .flat_map(|(k, (h, owner))| {
-                    std::iter::repeat_n(
-                        V {
-                            h: *h,
-                            owner: *owner,
-                        },
-                        *k,
-                    )
-                })
-                .collect()
-        })
-        .collect();
+    let all_voting: Vec<Vec<V>> = (1..=7).flat_map(voting_sets).collect();
     // Two threads: the machines this runs on have two cores.
     let mut st = Stats::default();
     let parts: Vec<Stats> = std::thread::scope(|scope| {

@@ -56,6 +56,25 @@ pub(super) fn multisets(classes: usize, size: usize) -> Vec<Vec<usize>> {
     out
 }
 
+/// Every set of `size` voting members up to order: the multisets over the (health, owner)
+/// classes, each as its members.
+pub(super) fn voting_sets(size: usize) -> Vec<Vec<V>> {
+    let classes: Vec<(H, Owner)> = HEALTHS
+        .iter()
+        .flat_map(|h| OWNERS.iter().map(move |o| (*h, *o)))
+        .collect();
+    multisets(classes.len(), size)
+        .into_iter()
+        .map(|counts| {
+            counts
+                .iter()
+                .zip(&classes)
+                .flat_map(|(k, &(h, owner))| std::iter::repeat_n(V { h, owner }, *k))
+                .collect()
+        })
+        .collect()
+}
+
 /// A voting member of the enumerated state, as the oracle sees it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct V {

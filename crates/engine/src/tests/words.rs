@@ -93,26 +93,9 @@ fn twisted(mut c: ControlPlane, t: Twist) -> ControlPlane {
 
 /// Every control plane of the enumeration, with a description for failure messages.
 fn states() -> Vec<(ControlPlane, String)> {
-    let classes: Vec<(H, Owner)> = HEALTHS
-        .iter()
-        .flat_map(|h| OWNERS.iter().map(move |o| (*h, *o)))
-        .collect();
     let mut out = Vec::new();
     for n in 1..=4 {
-        for vm in multisets(classes.len(), n) {
-            let voting: Vec<V> = vm
-                .iter()
-                .zip(&classes)
-                .flat_map(|(k, (h, owner))| {
-                    std::iter::repeat_n(
-                        V {
-                            h: *h,
-                            owner: *owner,
-                        },
-                        *k,
-                    )
-                })
-                .collect();
+        for voting in voting_sets(n) {
             for learners in [vec![], vec![Owner::Active], vec![Owner::Orphan]] {
                 for extra in [Extra::None, Extra::NodeNoMember, Extra::NeverJoined] {
                     for replicas in 1..=5 {
