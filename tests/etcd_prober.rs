@@ -585,6 +585,7 @@ fn control_plane_of(p: &Probe, now_unix: i64) -> ControlPlane {
         cluster: Cluster {
             name: "c1".into(),
             deleting: false,
+            paused: false,
         },
         kcp: Kcp {
             name: "kcp".into(),
@@ -595,6 +596,7 @@ fn control_plane_of(p: &Probe, now_unix: i64) -> ControlPlane {
             deleting: false,
             version: Some("v1.32.0".into()),
             etcd_learner_mode: None,
+            paused: false,
         },
         machines: p
             .members

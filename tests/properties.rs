@@ -242,6 +242,7 @@ fn build(w: &World) -> ControlPlane {
         cluster: Cluster {
             name: "c".into(),
             deleting: w.cluster_deleting,
+            paused: false,
         },
         kcp: Kcp {
             name: "kcp".into(),
@@ -256,6 +257,7 @@ fn build(w: &World) -> ControlPlane {
             deleting: w.kcp_deleting,
             version: Some("v1.33.1".into()),
             etcd_learner_mode: None,
+            paused: false,
         },
         health_checks: HealthChecks::Known(vec![HealthCheck::covering("kcp-mhc", &machines)]),
         machines,

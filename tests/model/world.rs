@@ -546,6 +546,7 @@ pub fn engine_machine(m: &Mach) -> Machine {
         control_plane: true,
         annotations,
         created_unix: Some(if m.young { YOUNG } else { OLD }),
+        health_check_failed: false,
     }
 }
 
@@ -561,6 +562,7 @@ pub fn control_plane(
         cluster: Cluster {
             name: "c".into(),
             deleting: false,
+            paused: false,
         },
         kcp: Kcp {
             name: "kcp".into(),
@@ -571,6 +573,7 @@ pub fn control_plane(
             deleting: false,
             version: Some(kcp_version(style, version)),
             etcd_learner_mode: None,
+            paused: false,
         },
         machines,
         etcd,

@@ -235,6 +235,9 @@ pub struct Kcp {
     pub deleting: bool,
     /// `spec.version`: the Kubernetes (and kubeadm) version of the Machines KCP creates.
     pub version: Option<String>,
+    /// Annotated `cluster.x-k8s.io/paused`: KCP reconciles nothing of it (Cluster API v1.14
+    /// `util/paused/paused.go` `EnsurePausedCondition`, by `annotations.HasPaused`).
+    pub paused: bool,
     /// kubeadm's `EtcdLearnerMode` feature gate where
     /// `kubeadmConfigSpec.clusterConfiguration.featureGates` sets it: with the version, it
     /// decides whether a join adds a learner or a voting member ([`crate::joins`]).
@@ -246,6 +249,11 @@ pub struct Kcp {
 pub struct Cluster {
     pub name: String,
     pub deleting: bool,
+    /// `spec.paused`: the controllers of every object of the Cluster (KCP, its
+    /// MachineHealthChecks, the Machine controller) reconcile nothing (v1.14
+    /// `util/annotations/helpers.go` `IsPaused`). `clusterctl move` sets it on purpose while it
+    /// moves the Cluster (`cmd/clusterctl/client/cluster/mover.go` `setClusterPause`).
+    pub paused: bool,
 }
 
 /// A control-plane Machine.
@@ -260,6 +268,12 @@ pub struct Machine {
     pub annotations: BTreeMap<String, String>,
     /// Creation time as Unix seconds.
     pub created_unix: Option<i64>,
+    /// A MachineHealthCheck counted it unhealthy at its last reconcile: its condition
+    /// `HealthCheckSucceeded` (v1beta2 `MachineHealthCheckSucceededCondition`) or
+    /// `OwnerRemediated` is False. v1.14 `needsRemediation` sets `HealthCheckSucceeded` False on
+    /// every target it counts unhealthy, `healthCheckTargets` sets it True only on those it counts
+    /// healthy, and `patchUnhealthyTargets` sets `OwnerRemediated` False on those it passes on.
+    pub health_check_failed: bool,
 }
 
 impl Machine {
@@ -273,6 +287,7 @@ impl Machine {
             control_plane: true,
             annotations: BTreeMap::new(),
             created_unix: None,
+            health_check_failed: false,
         }
     }
 
@@ -393,7 +408,30 @@ impl Default for Trigger {
     }
 }
 
+/// Why KCP and the MachineHealthChecks of a control plane reconcile nothing now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Paused {
+    /// The Cluster's `spec.paused` is true.
+    Cluster,
+    /// The KubeadmControlPlane carries annotation `cluster.x-k8s.io/paused`.
+    Kcp,
+    /// Both.
+    Both,
+}
+
 impl ControlPlane {
+    /// Whether KCP reconciles nothing now (v1.14 `EnsurePausedCondition(cluster, kcp)`: the
+    /// Cluster's `spec.paused`, or the KCP's `cluster.x-k8s.io/paused` annotation). A paused
+    /// Cluster pauses its MachineHealthChecks too.
+    pub fn paused(&self) -> Option<Paused> {
+        match (self.cluster.paused, self.kcp.paused) {
+            (true, true) => Some(Paused::Both),
+            (true, false) => Some(Paused::Cluster),
+            (false, true) => Some(Paused::Kcp),
+            (false, false) => None,
+        }
+    }
+
     pub fn machine(&self, name: &str) -> Option<&Machine> {
         self.machines.iter().find(|m| m.name == name)
     }

@@ -44,12 +44,16 @@ pub enum ActionCode {
     EnableRemediation,
     /// Machines and spec.replicas differ: KCP is scaling or rolling out.
     WaitForRollout,
+    /// The next step needs KCP or a MachineHealthCheck to act, but the Cluster (`spec.paused`)
+    /// or the KCP (annotation `cluster.x-k8s.io/paused`) is paused, so neither does anything:
+    /// unpause it, unless `clusterctl move` paused it and is still moving it.
+    Unpause,
 }
 
 impl ActionCode {
     /// Every code, for documentation and exhaustive tests (the status tests check it is
     /// complete).
-    pub const ALL: [ActionCode; 14] = [
+    pub const ALL: [ActionCode; 15] = [
         ActionCode::None,
         ActionCode::WaitForTeardown,
         ActionCode::CheckEtcdHealth,
@@ -64,6 +68,7 @@ impl ActionCode {
         ActionCode::RemediateMachine,
         ActionCode::EnableRemediation,
         ActionCode::WaitForRollout,
+        ActionCode::Unpause,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -82,6 +87,7 @@ impl ActionCode {
             ActionCode::RemediateMachine => "RemediateMachine",
             ActionCode::EnableRemediation => "EnableRemediation",
             ActionCode::WaitForRollout => "WaitForRollout",
+            ActionCode::Unpause => "Unpause",
         }
     }
 }
@@ -115,12 +121,18 @@ impl NextAction {
     }
 
     fn with(mut self, target: String, command: Option<String>) -> NextAction {
-        if let Some(c) = &command {
-            self.message.push_str(" Run: ");
-            self.message.push_str(c);
-        }
         self.target = Some(target);
-        self.command = command;
+        match command {
+            Some(c) => self.with_command(c),
+            None => self,
+        }
+    }
+
+    /// Appends " Run: COMMAND" to the message and sets the command.
+    fn with_command(mut self, cmd: String) -> NextAction {
+        self.message.push_str(" Run: ");
+        self.message.push_str(&cmd);
+        self.command = Some(cmd);
         self
     }
 }
@@ -313,9 +325,85 @@ fn remove_member(o: &Member, message: String) -> NextAction {
 /// history up to the current revision, defragment every member, disarm the alarm.
 pub const FREE_SPACE_COMMAND: &str = "rev=$(etcdctl endpoint status -w json | grep -o '\"revision\":[0-9]*' | head -1 | cut -d: -f2) && etcdctl compact \"$rev\" && etcdctl defrag --cluster && etcdctl alarm disarm";
 
+impl ActionCode {
+    /// Whether the action is carried out, or its wait ended, by KCP, a MachineHealthCheck or
+    /// the Machine controller: none of them acts on a paused Cluster or KCP (Cluster API v1.14
+    /// `util/paused/paused.go` `EnsurePausedCondition`, called first by the KCP and
+    /// MachineHealthCheck reconcilers; `annotations.IsPaused`). The etcdctl actions
+    /// (`RemoveOrphanMember`, `PromoteLearner`, `FreeSpace`), etcd's own recovery and kubeadm's
+    /// joins and promotions need none of them.
+    fn needs_reconcilers(self) -> bool {
+        matches!(
+            self,
+            ActionCode::WaitForTeardown
+                | ActionCode::DeleteMachine
+                | ActionCode::WaitForDeletion
+                | ActionCode::RemediateMachine
+                | ActionCode::EnableRemediation
+                | ActionCode::WaitForRollout
+        )
+    }
+}
+
 /// The next safe action for a control plane. `now_unix` (Unix seconds) tells a joining Machine
-/// from a broken one, and a learner catching up from a stalled one.
+/// from a broken one, and a learner catching up from a stalled one. On a paused control plane,
+/// an action that KCP or a MachineHealthCheck would have to carry out becomes `Unpause`, which
+/// names it as what follows the unpausing.
 pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAction {
+    let a = next_action_unpaused(cp, policy, now_unix);
+    match cp.paused() {
+        Some(paused) if a.code.needs_reconcilers() => unpause(cp, paused, a),
+        _ => a,
+    }
+}
+
+/// `Unpause`, with `then` (what KCP or a MachineHealthCheck would do) as what follows.
+fn unpause(cp: &ControlPlane, paused: Paused, then: NextAction) -> NextAction {
+    let ns = &cp.kcp.namespace;
+    let kcp = cp.kcp_shown();
+    let cluster = format!("Cluster {ns}/{}", cp.cluster.name);
+    let (what, cmd) = match paused {
+        Paused::Cluster | Paused::Both => (
+            if paused == Paused::Both {
+                format!(
+                    "{cluster} is paused (spec.paused: true) and KubeadmControlPlane {kcp} carries annotation cluster.x-k8s.io/paused"
+                )
+            } else {
+                format!("{cluster} is paused (spec.paused: true)")
+            },
+            format!(
+                "kubectl patch cluster -n {ns} {} --type merge -p '{{\"spec\":{{\"paused\":false}}}}'",
+                cp.cluster.name
+            ),
+        ),
+        Paused::Kcp => (
+            format!("KubeadmControlPlane {kcp} carries annotation cluster.x-k8s.io/paused"),
+            format!(
+                "kubectl annotate kubeadmcontrolplane -n {ns} {} cluster.x-k8s.io/paused-",
+                cp.kcp.name
+            ),
+        ),
+    };
+    let also = if paused == Paused::Both {
+        format!(
+            " (and the KubeadmControlPlane's annotation: `kubectl annotate kubeadmcontrolplane -n {ns} {} cluster.x-k8s.io/paused-`)",
+            cp.kcp.name
+        )
+    } else {
+        String::new()
+    };
+    NextAction {
+        code: ActionCode::Unpause,
+        message: format!(
+            "Unpause the control plane, unless `clusterctl move` is moving it: {what}, so KCP, its MachineHealthChecks and the Machine controller do nothing. `clusterctl move` pauses the Cluster on purpose and unpauses it on the target management cluster when done: unpause only when no move is in progress: `{cmd}`{also}. After that, {}: {}",
+            then.code, then.message
+        ),
+        command: Some(cmd),
+        target: then.target,
+    }
+}
+
+fn next_action_unpaused(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAction {
     let kcp = cp.kcp_shown();
     let ns = &cp.kcp.namespace;
     if cp.kcp.etcd == EtcdTopology::External {

@@ -86,10 +86,14 @@ impl HealthCheck {
     }
 
     /// What it would count with `m` marked for remediation: its last count, plus `m` unless `m`
-    /// is marked already (then it is counted). Before its first count: its targets here, and
-    /// those marked.
+    /// is counted already: annotated for remediation, or counted unhealthy at the last
+    /// reconcile ([`Machine::health_check_failed`]: `HealthCheckSucceeded` or `OwnerRemediated`
+    /// False; its `status.currentHealthy` left it out, so `expectedMachines - currentHealthy`,
+    /// what `unhealthyMachineCount` compares, holds it already). Before its first count: its
+    /// targets here, and those counted.
     fn counted_with(&self, cp: &ControlPlane, m: &Machine) -> (u32, u32) {
-        let marked = |x: &Machine| x.annotation(ANNOTATION_REMEDIATE).is_some();
+        let marked =
+            |x: &Machine| x.health_check_failed || x.annotation(ANNOTATION_REMEDIATE).is_some();
         let extra = u32::from(!marked(m));
         match self.counts {
             Some(c) => (

@@ -56,6 +56,7 @@ pub fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
         cluster: Cluster {
             name: "test".into(),
             deleting: false,
+            paused: false,
         },
         kcp: Kcp {
             name: "kcp".into(),
@@ -68,6 +69,7 @@ pub fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
             // reading, which most rule tests are about; tests of learner joins set v1.32.
             version: Some("v1.28.0".into()),
             etcd_learner_mode: None,
+            paused: false,
         },
         machines: Vec::new(),
         etcd: EtcdState::Observed(EtcdSnapshot {

@@ -8,8 +8,8 @@
 //! everything else is ignored, so objects from newer CAPI releases still parse.
 //!
 //! Every entry point goes through [`ObjectParts`]: the fields the rules read, deserialized in
-//! one pass. A review deserializes it straight from the request bytes (managedFields, status
-//! conditions and the rest are skipped by the parser, never built); a `&Value` from a watch or a
+//! one pass. A review deserializes it straight from the request bytes (managedFields, the
+//! conditions' messages and the rest are skipped by the parser, never built); a `&Value` from a watch or a
 //! dump deserializes it from the value, after the checks only a value can fail.
 //!
 //! - `parts`: [`ObjectParts`], the fields the rules read, deserialized in one pass;

@@ -388,23 +388,25 @@ pub fn control_plane(
             Some(c) => c.cluster.clone(),
             None => {
                 warnings.push(format!(
-                    "no Cluster {ns}/{name} in the objects: assuming it is not being deleted"
+                    "no Cluster {ns}/{name} in the objects: assuming it is neither being deleted nor paused"
                 ));
                 Cluster {
                     name,
                     deleting: false,
+                    paused: false,
                 }
             }
         },
         None => {
             warnings.push(format!(
-                "{} names no Cluster (no {} label) and no Machine or Cluster points to one: assuming it is not being deleted",
+                "{} names no Cluster (no {} label) and no Machine or Cluster points to one: assuming it is neither being deleted nor paused",
                 kcp.object,
                 crate::engine::LABEL_CLUSTER_NAME
             ));
             Cluster {
                 name: "(unknown)".into(),
                 deleting: false,
+                paused: false,
             }
         }
     };

@@ -229,3 +229,124 @@ fn limits_round_down() {
     assert!(Trigger::InRange { min: 1, max: 2 }.allows(2, 5));
     assert!(!Trigger::InRange { min: 1, max: 2 }.allows(0, 5));
 }
+
+#[test]
+fn counted_unhealthy_by_its_condition_is_counted_once() {
+    // The MachineHealthCheck counted b unhealthy at its last reconcile (HealthCheckSucceeded
+    // False on b): its 1 of 3 holds b already, and marking b adds nothing, which 1 allows. Counted
+    // twice, 2 > 1 would be a short-circuit that does not happen.
+    let mut c = b_down();
+    machine_mut(&mut c, "b").health_check_failed = true;
+    let hc = only_check(&mut c);
+    hc.trigger = Trigger::AtMost(Limit::Count(1));
+    hc.counts = Some(HealthCheckCounts {
+        expected: 3,
+        unhealthy: 1,
+    });
+    assert!(
+        matches!(coverage(&c, &c.machines[1]), Coverage::Remediates(_)),
+        "{:?}",
+        coverage(&c, &c.machines[1])
+    );
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::RemediateMachine, "{}", a.message);
+    // Another Machine counted unhealthy (a, not b): b marked makes 2 of 3, which 1 does not allow.
+    machine_mut(&mut c, "b").health_check_failed = false;
+    machine_mut(&mut c, "a").health_check_failed = true;
+    assert!(matches!(
+        coverage(&c, &c.machines[1]),
+        Coverage::Blocked(
+            _,
+            Held::ShortCircuit {
+                unhealthy: 2,
+                expected: 3
+            }
+        )
+    ));
+}
+
+/// A paused Cluster or KCP: KCP and the MachineHealthChecks do nothing (v1.14
+/// `EnsurePausedCondition`), so an action they would carry out becomes `Unpause`, which names it
+/// as what follows; decisions stay what quorum says.
+#[test]
+fn paused_control_plane_says_unpause_before_remediation() {
+    let mut c = b_down();
+    let before = next(&c);
+    assert_eq!(before.code, ActionCode::RemediateMachine);
+    let deny_before = delete(&c, "a", &human());
+    let b_before = delete(&c, "b", &kcp_controller());
+    assert!(b_before.allowed, "{}", b_before.message);
+    c.cluster.paused = true;
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::Unpause, "{}", a.message);
+    assert_eq!(a.target.as_deref(), Some("b"));
+    assert_eq!(
+        a.command.as_deref(),
+        Some(r#"kubectl patch cluster -n ns test --type merge -p '{"spec":{"paused":false}}'"#)
+    );
+    assert!(
+        a.message
+            .contains("Cluster ns/test is paused (spec.paused: true)")
+            && a.message.contains("clusterctl move")
+            && a.message
+                .contains("unpause only when no move is in progress")
+            && a.message
+                .contains(&format!("After that, RemediateMachine: {}", before.message)),
+        "{}",
+        a.message
+    );
+    // The decisions do not change: denials are about quorum (their next action follows).
+    let deny = delete(&c, "a", &human());
+    assert_eq!(
+        (deny.allowed, deny.reason, deny.figures),
+        (deny_before.allowed, deny_before.reason, deny_before.figures)
+    );
+    assert_eq!(deny.next_action.code, ActionCode::Unpause);
+    let b = delete(&c, "b", &kcp_controller());
+    assert_eq!((b.allowed, b.reason), (b_before.allowed, b_before.reason));
+
+    c.cluster.paused = false;
+    c.kcp.paused = true;
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::Unpause, "{}", a.message);
+    assert_eq!(
+        a.command.as_deref(),
+        Some("kubectl annotate kubeadmcontrolplane -n ns kcp cluster.x-k8s.io/paused-")
+    );
+    c.cluster.paused = true;
+    let a = next(&c);
+    assert!(
+        a.message.contains("and KubeadmControlPlane ns/kcp carries annotation")
+            && a.message.contains(
+                "(and the KubeadmControlPlane's annotation: `kubectl annotate kubeadmcontrolplane -n ns kcp cluster.x-k8s.io/paused-`)"
+            ),
+        "{}",
+        a.message
+    );
+}
+
+#[test]
+fn paused_control_plane_keeps_actions_that_need_no_reconciler() {
+    // An orphan member: etcdctl removes it whatever KCP does.
+    let mut c = cp(3, &[("a", healthy()), ("b", healthy()), ("c", healthy())]);
+    add_member(&mut c, 9, "stray", down(), false);
+    let before = next(&c);
+    assert_eq!(
+        before.code,
+        ActionCode::RemoveOrphanMember,
+        "{}",
+        before.message
+    );
+    c.cluster.paused = true;
+    assert_eq!(next(&c), before);
+    // Converged: nothing to do, paused or not.
+    let mut c = cp(3, &[("a", healthy()), ("b", healthy()), ("c", healthy())]);
+    c.kcp.paused = true;
+    assert_eq!(next(&c).code, ActionCode::None);
+    // A deletion in flight waits for KCP: paused, it waits for nothing.
+    machine_mut(&mut c, "a").deleting = true;
+    c.kcp.paused = false;
+    assert_eq!(next(&c).code, ActionCode::WaitForDeletion);
+    c.kcp.paused = true;
+    assert_eq!(next(&c).code, ActionCode::Unpause);
+}

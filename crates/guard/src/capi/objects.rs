@@ -11,13 +11,21 @@ use super::fields::{
 };
 use super::parts::lenient;
 use super::{
-    ANNOTATION_ETCD_ENDPOINTS, ANNOTATION_ETCD_TRANSPORT, ApiVersion, CapiError, GROUP_CLUSTER,
-    GROUP_CONTROL_PLANE, KIND_CLUSTER, KIND_KCP, KIND_MACHINE, ObjectParts, ObjectRef, split_type,
+    ANNOTATION_ETCD_ENDPOINTS, ANNOTATION_ETCD_TRANSPORT, ANNOTATION_PAUSED, ApiVersion, CapiError,
+    GROUP_CLUSTER, GROUP_CONTROL_PLANE, KIND_CLUSTER, KIND_KCP, KIND_MACHINE, ObjectParts,
+    ObjectRef, split_type,
 };
 use crate::engine::{
     Cluster, EtcdTopology, Kcp, LABEL_CLUSTER_NAME, LABEL_CONTROL_PLANE, LABEL_CONTROL_PLANE_NAME,
     Machine,
 };
+
+/// Machine condition a MachineHealthCheck sets False on a target it counts unhealthy (v1.14
+/// `MachineHealthCheckSucceededCondition`; the v1beta1 condition has the same type).
+pub const CONDITION_HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
+/// Machine condition a MachineHealthCheck sets False on a target it passes on for remediation
+/// (v1.14 `MachineOwnerRemediatedCondition`, `patchUnhealthyTargets`).
+pub const CONDITION_OWNER_REMEDIATED: &str = "OwnerRemediated";
 
 /// A Machine with what is needed to place it: the engine knows Machines only inside one
 /// control plane, so the adapter keeps the KCP and Cluster it names.
@@ -100,6 +108,12 @@ pub fn machine_from_parts(p: &ObjectParts) -> Result<CapiMachine, CapiError> {
         control_plane: label(LABEL_CONTROL_PLANE).is_some(),
         annotations: meta.annotations.clone().unwrap_or_default(),
         created_unix: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
+        health_check_failed: p.status.conditions.iter().any(|c| {
+            matches!(
+                c.kind.as_deref(),
+                Some(CONDITION_HEALTH_CHECK_SUCCEEDED | CONDITION_OWNER_REMEDIATED)
+            ) && c.status.as_deref() == Some("False")
+        }),
     };
     // Both versions: status.addresses[] {type, address}.
     let internal_ips = p
@@ -192,6 +206,10 @@ pub fn kcp_from_parts(p: &ObjectParts) -> Result<CapiKcp, CapiError> {
         deleting: meta.deletion_timestamp.is_some(),
         version: kcp_version,
         etcd_learner_mode,
+        paused: meta
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ANNOTATION_PAUSED)),
     };
     Ok(CapiKcp {
         object,
@@ -293,6 +311,8 @@ pub fn cluster_from_parts(p: &ObjectParts) -> Result<CapiCluster, CapiError> {
     let cluster = Cluster {
         name: object.name.clone(),
         deleting: meta.deletion_timestamp.is_some(),
+        // Both versions: `spec.paused`, a bool (`ptr.Deref(cluster.Spec.Paused, false)`).
+        paused: p.spec.paused.as_ref().and_then(Value::as_bool) == Some(true),
     };
     let annotation = |key: &str| {
         meta.annotations

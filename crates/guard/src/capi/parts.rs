@@ -16,6 +16,31 @@ use serde_json::value::RawValue;
 use super::fields::{check_type, json_type};
 use super::{ApiVersion, CapiError, ObjectRef, describe, described};
 
+/// The `visit_*` methods of a visitor that reads every scalar but a string as `$default` (maps,
+/// lists and strings are each visitor's own).
+macro_rules! scalars_as {
+    ($default:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($default)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($default)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($default)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($default)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($default)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($default)
+        }
+    };
+}
+
 /// The fields of a Kubernetes object that the rules read, for every kind quorumguard parses
 /// (Machine, KubeadmControlPlane, Cluster, and the `autoscaling/v1` Scale of the KCP's scale
 /// subresource). Deserializing skips everything else without building it.
@@ -59,6 +84,8 @@ pub(super) struct Spec {
     pub(super) machine_template: Option<Box<RawValue>>,
     /// Cluster.
     pub(super) control_plane_ref: Option<Value>,
+    /// Cluster: `spec.paused` (both versions).
+    pub(super) paused: Option<Value>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -66,6 +93,78 @@ pub(super) struct Spec {
 pub(super) struct Status {
     pub(super) node_ref: Option<Value>,
     pub(super) addresses: Option<Value>,
+    /// Machine: type and status of each condition, the rest skipped (v1beta2
+    /// `metav1.Condition`s; v1beta1's Cluster API conditions carry the same two fields). Any
+    /// other shape reads as no conditions.
+    #[serde(default, deserialize_with = "conditions")]
+    pub(super) conditions: Vec<Condition>,
+}
+
+/// The type and status of one condition (JSON strings; anything else is `None`).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(super) struct Condition {
+    #[serde(rename = "type", default, deserialize_with = "string")]
+    pub(super) kind: Option<String>,
+    #[serde(default, deserialize_with = "string")]
+    pub(super) status: Option<String>,
+}
+
+/// A string, or `None` for any other value (skipped without building it).
+fn string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    struct Str;
+    impl<'de> Visitor<'de> for Str {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(v.to_string()))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        scalars_as!(None);
+    }
+    d.deserialize_any(Str)
+}
+
+/// A list of conditions: each a map read as [`Condition`] (anything else in the list reads as
+/// an empty one); anything but a list reads as none.
+fn conditions<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Condition>, D::Error> {
+    struct Each(Condition);
+    impl<'de> Deserialize<'de> for Each {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            lenient(d).map(Each)
+        }
+    }
+    struct List;
+    impl<'de> Visitor<'de> for List {
+        type Value = Vec<Condition>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(Each(c)) = seq.next_element()? {
+                out.push(c);
+            }
+            Ok(out)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(Vec::new())
+        }
+        scalars_as!(Vec::new());
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+    }
+    d.deserialize_any(List)
 }
 
 /// The metadata fields [`ObjectParts`] keeps.
@@ -157,25 +256,8 @@ where
             while seq.next_element::<IgnoredAny>()?.is_some() {}
             Ok(T::default())
         }
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<T, E> {
-            Ok(T::default())
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<T, E> {
-            Ok(T::default())
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<T, E> {
-            Ok(T::default())
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<T, E> {
-            Ok(T::default())
-        }
+        scalars_as!(T::default());
         fn visit_str<E: de::Error>(self, _: &str) -> Result<T, E> {
-            Ok(T::default())
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<T, E> {
-            Ok(T::default())
-        }
-        fn visit_none<E: de::Error>(self) -> Result<T, E> {
             Ok(T::default())
         }
     }

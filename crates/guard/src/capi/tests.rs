@@ -376,3 +376,91 @@ fn kinds_are_told_apart_by_group() {
         Some(("", "v1", "List"))
     );
 }
+
+/// A MachineHealthCheck's last count shows on the Machine: `HealthCheckSucceeded` or
+/// `OwnerRemediated` False (v1.14 `needsRemediation`, `patchUnhealthyTargets`). Conditions of
+/// any other shape read as none, from a value and from request bytes alike.
+#[test]
+fn machine_health_check_conditions() {
+    let with = |conditions: Value| {
+        let mut v = v1beta2_machine();
+        v["status"]["conditions"] = conditions;
+        let from_value = parse_machine(&v)
+            .expect("parses")
+            .machine
+            .health_check_failed;
+        let bytes = serde_json::to_string(&v).expect("JSON");
+        let p: ObjectParts = serde_json::from_str(&bytes).expect("parts from bytes");
+        let from_bytes = machine_from_parts(&p)
+            .expect("parses")
+            .machine
+            .health_check_failed;
+        assert_eq!(from_value, from_bytes, "{v}");
+        from_value
+    };
+    let cond = |t: &str, s: &str| json!({"type": t, "status": s, "reason": "R", "message": "m\n  * x", "lastTransitionTime": "2025-01-02T03:04:05Z"});
+    assert!(with(json!([
+        cond("Ready", "True"),
+        cond("HealthCheckSucceeded", "False")
+    ])));
+    assert!(with(json!([cond("OwnerRemediated", "False")])));
+    assert!(!with(json!([
+        cond("HealthCheckSucceeded", "True"),
+        cond("OwnerRemediated", "True")
+    ])));
+    assert!(!with(json!([cond("HealthCheckSucceeded", "Unknown")])));
+    assert!(!with(json!([cond("NodeHealthy", "False")])));
+    assert!(!with(json!([])));
+    // Shapes no API server would store: no error, no condition.
+    assert!(!with(json!("HealthCheckSucceeded")));
+    assert!(!with(
+        json!({"type": "HealthCheckSucceeded", "status": "False"})
+    ));
+    assert!(with(
+        json!([7, null, "x", [1], {"type": 1, "status": false}, cond("HealthCheckSucceeded", "False")])
+    ));
+    assert!(!with(
+        json!([{"type": ["HealthCheckSucceeded"], "status": "False"}])
+    ));
+    // v1beta1 Machines: status.conditions are Cluster API's v1beta1 conditions, same type.
+    let mut v1 = v1beta2_machine();
+    v1["apiVersion"] = json!("cluster.x-k8s.io/v1beta1");
+    v1["status"]["conditions"] = json!([{"type": "HealthCheckSucceeded", "status": "False", "severity": "Warning", "reason": "UnhealthyNode"}]);
+    assert!(
+        parse_machine(&v1)
+            .expect("parses")
+            .machine
+            .health_check_failed
+    );
+}
+
+/// What pauses KCP and the MachineHealthChecks: the Cluster's `spec.paused`, the KCP's
+/// `cluster.x-k8s.io/paused` annotation (v1.14 `annotations.IsPaused`).
+#[test]
+fn paused_cluster_and_kcp() {
+    let mut k = kcp("v1beta2", json!({"version": "v1.33.0"}));
+    assert!(!parse_kcp(&k).unwrap().kcp.paused);
+    k["metadata"]["annotations"] = json!({ANNOTATION_PAUSED: ""});
+    assert!(parse_kcp(&k).unwrap().kcp.paused);
+    for version in ["v1beta1", "v1beta2"] {
+        let cluster = |spec: Value| {
+            json!({
+                "apiVersion": format!("cluster.x-k8s.io/{version}"), "kind": "Cluster",
+                "metadata": {"name": "c", "namespace": "ns"}, "spec": spec
+            })
+        };
+        assert!(
+            parse_cluster(&cluster(json!({"paused": true})))
+                .unwrap()
+                .cluster
+                .paused
+        );
+        assert!(
+            !parse_cluster(&cluster(json!({"paused": false})))
+                .unwrap()
+                .cluster
+                .paused
+        );
+        assert!(!parse_cluster(&cluster(json!({}))).unwrap().cluster.paused);
+    }
+}

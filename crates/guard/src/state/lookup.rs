@@ -101,10 +101,12 @@ impl ClusterState {
                 .unwrap_or(Cluster {
                     name: name.clone(),
                     deleting: false,
+                    paused: false,
                 }),
             None => Cluster {
                 name: "(unknown)".into(),
                 deleting: false,
+                paused: false,
             },
         };
         let kcp_model = k.kcp.clone();

@@ -347,7 +347,8 @@ fn reasons_match_the_crd_pattern() {
         | ActionCode::RemoveOrphanMember
         | ActionCode::RemediateMachine
         | ActionCode::EnableRemediation
-        | ActionCode::WaitForRollout => (),
+        | ActionCode::WaitForRollout
+        | ActionCode::Unpause => (),
     };
     let reasons = QuorumReason::ALL
         .iter()
