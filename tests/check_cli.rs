@@ -123,12 +123,17 @@ fn delete(machine: &str) -> String {
 }
 
 fn member<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["members"]
+    named(report, "members", name)
+}
+
+/// The entry of list `list` (`members`, `machines`) of the report whose `name` is `name`.
+fn named<'a>(report: &'a Value, list: &str, name: &str) -> &'a Value {
+    report[list]
         .as_array()
-        .expect("members")
+        .unwrap_or_else(|| panic!("no {list}: {report:#}"))
         .iter()
         .find(|m| m["name"] == name)
-        .unwrap_or_else(|| panic!("member {name} missing: {report:#}"))
+        .unwrap_or_else(|| panic!("{list}: {name} missing: {report:#}"))
 }
 
 #[test]
@@ -1456,4 +1461,200 @@ fn the_etcd_version_and_its_member_add_rule_are_shown() {
     assert!(text.contains(&format!("Member add: {rule}\n")), "{text}");
     assert!(text.contains("VERSION"), "{text}");
     assert!(text.contains("3.4.23"), "{text}");
+}
+
+/// healthy.yaml with a MachineHealthCheck over the control-plane Machines that allows one
+/// unhealthy Machine and last counted M2 unhealthy (1 of 3; M2 carries `HealthCheckSucceeded`
+/// False, as v1.14 `needsRemediation` sets it), written to a scratch file; `paused` sets the
+/// Cluster's `spec.paused`.
+fn objects_with_health_check(test: &str, paused: bool) -> String {
+    let mut list: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(objects("healthy.yaml")).unwrap()).unwrap();
+    let items = list["items"].as_array_mut().expect("a List");
+    for item in items.iter_mut() {
+        if item["kind"] == "Machine" && item["metadata"]["name"] == M2 {
+            item["status"]["conditions"] = serde_json::json!([{
+                "type": "HealthCheckSucceeded", "status": "False",
+                "reason": "UnhealthyNode", "lastTransitionTime": "2025-06-01T11:00:00Z",
+                "message": "Health check failed:\n  * Condition Ready on Node is reporting status Unknown for more than 5m0s"
+            }]);
+        }
+        if item["kind"] == "Cluster" && paused {
+            item["spec"]["paused"] = Value::Bool(true);
+        }
+    }
+    items.push(serde_json::json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+        "metadata": {"name": "demo-cp", "namespace": "demo"},
+        "spec": {
+            "clusterName": "demo",
+            "selector": {"matchLabels": {"cluster.x-k8s.io/control-plane": ""}},
+            "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": 1}}
+        },
+        "status": {"expectedMachines": 3, "currentHealthy": 2}
+    }));
+    let path = scratch(test).join("objects.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&list).unwrap()).unwrap();
+    path.display().to_string()
+}
+
+fn machine<'a>(report: &'a Value, name: &str) -> &'a Value {
+    named(report, "machines", name)
+}
+
+/// The JSON says which MachineHealthChecks cover the Machines, their trigger and last count,
+/// and whether each Machine's remediation reaches KCP now. M2, frozen, is the one the
+/// MachineHealthCheck counted unhealthy: marking it adds nothing to its 1 of 3, which 1 allows,
+/// so the advice is to remediate it (counted twice, 2 of 3 would be a short-circuit that does
+/// not happen, and the advice "change triggerIf" false). Marking M1 as well would make 2 of 3.
+#[test]
+fn json_tells_machine_health_check_coverage() {
+    let mut args = vec![
+        "--objects".to_string(),
+        objects_with_health_check("json_mhc", false),
+    ];
+    args.extend(etcd_args("one-stopped"));
+    args.extend(["-o".to_string(), "json".to_string()]);
+    let run = check(&args);
+    assert_ne!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    let r = run.json();
+    assert_eq!(r["controlPlane"]["paused"], false);
+    assert_eq!(r["controlPlane"]["clusterPaused"], false);
+    let hcs = &r["machineHealthChecks"];
+    assert_eq!(hcs["known"], true, "{hcs:#}");
+    assert_eq!(hcs["unknown"], Value::Null);
+    // M1's and M3's remediation would short-circuit it (below): the summary tells of a gap.
+    assert_eq!(hcs["gap"], hcs["summary"], "{hcs:#}");
+    assert!(
+        hcs["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("MachineHealthCheck demo/demo-cp covers 3 of the Machines (unhealthyLessThanOrEqualTo 1), last counted 1 of 3 unhealthy"),
+        "{hcs:#}"
+    );
+    let checks = hcs["checks"].as_array().expect("checks");
+    assert_eq!(checks.len(), 1);
+    let c = &checks[0];
+    assert_eq!(c["name"], "demo-cp");
+    assert_eq!(c["paused"], false);
+    assert_eq!(c["trigger"], "unhealthyLessThanOrEqualTo 1");
+    let mut targets: Vec<&str> = c["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    targets.sort_unstable();
+    let mut all = vec![M1, M2, M3];
+    all.sort_unstable();
+    assert_eq!(targets, all);
+    assert_eq!(
+        c["lastCounted"],
+        serde_json::json!({"unhealthy": 1, "expected": 3})
+    );
+    assert_eq!(c["shortCircuited"], false);
+
+    let m2 = &machine(&r, M2)["remediation"];
+    assert_eq!(
+        m2,
+        &serde_json::json!({"coveredBy": ["demo-cp"], "reachesKcp": true, "held": null,
+                            "heldBy": null, "wouldCount": null, "countedUnhealthy": true})
+    );
+    let m1 = &machine(&r, M1)["remediation"];
+    assert_eq!(
+        m1,
+        &serde_json::json!({"coveredBy": ["demo-cp"], "reachesKcp": false,
+                            "held": "ShortCircuit", "heldBy": "demo-cp",
+                            "wouldCount": {"unhealthy": 2, "expected": 3},
+                            "countedUnhealthy": false})
+    );
+    assert_eq!(
+        r["nextAction"]["code"], "RemediateMachine",
+        "{:#}",
+        r["nextAction"]
+    );
+    assert_eq!(r["nextAction"]["target"], M2);
+
+    // Without the dump's MachineHealthChecks: not known, never "none".
+    let run = check_with("healthy.yaml", "one-stopped", &["-o", "json"]);
+    let r = run.json();
+    let hcs = &r["machineHealthChecks"];
+    assert_eq!(hcs["known"], false);
+    assert!(
+        hcs["unknown"]
+            .as_str()
+            .unwrap()
+            .contains("holds no MachineHealthCheck"),
+        "{hcs:#}"
+    );
+    assert_eq!(hcs["checks"], serde_json::json!([]));
+    let m2 = &machine(&r, M2)["remediation"];
+    assert_eq!(m2["coveredBy"], Value::Null);
+    assert_eq!(m2["reachesKcp"], Value::Null);
+}
+
+/// A paused Cluster (clusterctl move pauses it on purpose): the same dump's advice becomes
+/// `Unpause`, naming the remediation as what follows; no remediation reaches KCP; the
+/// verdicts stay what quorum says.
+#[test]
+fn a_paused_cluster_says_unpause_and_reaches_nothing() {
+    let with = |paused: bool, test: &str| {
+        let mut args = vec![
+            "--objects".to_string(),
+            objects_with_health_check(test, paused),
+        ];
+        args.extend(etcd_args("one-stopped"));
+        args.extend(
+            ["--what-if", &delete(M1), "-o", "json"]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+        check(&args)
+    };
+    let before = with(false, "paused_before").json();
+    let run = with(true, "paused_after");
+    let r = run.json();
+    assert_eq!(r["controlPlane"]["clusterPaused"], true);
+    assert_eq!(r["nextAction"]["code"], "Unpause", "{:#}", r["nextAction"]);
+    assert_eq!(r["nextAction"]["target"], M2);
+    assert_eq!(
+        r["nextAction"]["command"],
+        r#"kubectl patch cluster -n demo demo --type merge -p '{"spec":{"paused":false}}'"#
+    );
+    let msg = r["nextAction"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("unpause only when no move is in progress")
+            && msg.contains(&format!(
+                "After that, RemediateMachine: {}",
+                before["nextAction"]["message"].as_str().unwrap()
+            )),
+        "{msg}"
+    );
+    let m2 = &machine(&r, M2)["remediation"];
+    assert_eq!(m2["reachesKcp"], false);
+    assert_eq!(m2["held"], "ControlPlanePaused");
+    assert!(
+        r["machineHealthChecks"]["gap"]
+            .as_str()
+            .is_some_and(|g| g.contains("Cluster demo/demo is paused (spec.paused: true)")),
+        "{:#}",
+        r["machineHealthChecks"]
+    );
+    for key in ["allowed", "reason", "figures"] {
+        assert_eq!(r["verdicts"][0][key], before["verdicts"][0][key], "{key}");
+    }
+    assert_eq!(r["verdicts"][0]["allowed"], false);
+
+    // The text header says so.
+    let mut args = vec![
+        "--objects".to_string(),
+        objects_with_health_check("paused_text", true),
+    ];
+    args.extend(etcd_args("one-stopped"));
+    let text = check(&args);
+    assert!(
+        text.stdout.contains(", Cluster PAUSED\n"),
+        "{}",
+        text.stdout
+    );
 }

@@ -1014,7 +1014,7 @@ fn every_code_is_documented_and_every_documented_code_exists() {
 
 /// Backticked CamelCase words the docs may use that are not codes: kinds, types and values
 /// named in passing.
-const NOT_CODES: [&str; 7] = [
+const NOT_CODES: [&str; 10] = [
     // kube's type the review decoder builds (docs/benchmarks.md).
     "AdmissionRequest",
     // The engine's types: its input (docs/rules.md) and the codes' own enums
@@ -1027,6 +1027,10 @@ const NOT_CODES: [&str; 7] = [
     // `quorumguard preflight -o json` readiness values (docs/preflight.md).
     "WouldStick",
     "CannotJudge",
+    // `check -o json` `machines[].remediation.held` values (docs/check.md; `Paused` is short).
+    "NoMachineHealthCheck",
+    "ShortCircuit",
+    "ControlPlanePaused",
 ];
 
 /// Alert names of the PrometheusRule (`- alert: Name`).

@@ -306,6 +306,45 @@ async fn a_healthy_cluster_shows_three_members_quorum_two_of_three_and_no_action
                "unknown": 0, "quorum": 2, "faultTolerance": 1, "hasQuorum": true})
     );
     assert_eq!(cp["machinesWithoutMember"], json!([]));
+    // The seeded MachineHealthCheck covers every Machine; it has not counted yet (no status).
+    assert_eq!(cp["controlPlane"]["paused"], false);
+    assert_eq!(cp["controlPlane"]["clusterPaused"], false);
+    let mut machines: Vec<String> = members.iter().map(|m| format!("test-{m}")).collect();
+    machines.sort();
+    let hcs = &cp["machineHealthChecks"];
+    assert_eq!(hcs["known"], true, "{hcs:#}");
+    assert_eq!(hcs["unknown"], Value::Null);
+    assert_eq!(hcs["gap"], Value::Null);
+    let checks = hcs["checks"].as_array().expect("checks");
+    assert_eq!(checks.len(), 1, "{hcs:#}");
+    let mut targets: Vec<String> = checks[0]["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .filter_map(|t| t.as_str().map(str::to_string))
+        .collect();
+    targets.sort();
+    assert_eq!(targets, machines);
+    assert_eq!(checks[0]["name"], "test-cp-mhc");
+    assert_eq!(checks[0]["paused"], false);
+    assert_eq!(checks[0]["trigger"], "unhealthyLessThanOrEqualTo 100%");
+    assert_eq!(checks[0]["lastCounted"], Value::Null);
+    assert_eq!(checks[0]["shortCircuited"], Value::Null);
+    assert!(
+        hcs["summary"]
+            .as_str()
+            .is_some_and(|s| s
+                .starts_with("MachineHealthCheck capi-test/test-cp-mhc covers 3 of the Machines")),
+        "{hcs:#}"
+    );
+    for m in cp["machines"].as_array().expect("machines") {
+        assert_eq!(
+            m["remediation"],
+            json!({"coveredBy": ["test-cp-mhc"], "reachesKcp": true, "held": null,
+                   "heldBy": null, "wouldCount": null, "countedUnhealthy": false}),
+            "{m:#}"
+        );
+    }
     assert_eq!(cp["verdicts"], json!([]));
     assert_eq!(cp["nextAction"]["code"], "None");
     assert_eq!(cp["probe"]["result"], "Observed");

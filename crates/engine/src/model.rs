@@ -11,6 +11,8 @@ use std::time::Duration;
 pub const ANNOTATION_REMEDIATE: &str = "cluster.x-k8s.io/remediate-machine";
 /// Annotation that makes KCP prefer a Machine when scaling down.
 pub const ANNOTATION_DELETE_MACHINE: &str = "cluster.x-k8s.io/delete-machine";
+/// Annotation that pauses the reconcilers of an object (Cluster API `clusterv1.PausedAnnotation`).
+pub const ANNOTATION_PAUSED: &str = "cluster.x-k8s.io/paused";
 /// Annotation clusterctl sets on objects it is moving to another management cluster.
 pub const ANNOTATION_DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 /// quorumguard's break-glass annotation; its value must say why.

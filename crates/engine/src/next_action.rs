@@ -360,33 +360,20 @@ pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAct
 /// `Unpause`, with `then` (what KCP or a MachineHealthCheck would do) as what follows.
 fn unpause(cp: &ControlPlane, paused: Paused, then: NextAction) -> NextAction {
     let ns = &cp.kcp.namespace;
-    let kcp = cp.kcp_shown();
-    let cluster = format!("Cluster {ns}/{}", cp.cluster.name);
-    let (what, cmd) = match paused {
-        Paused::Cluster | Paused::Both => (
-            if paused == Paused::Both {
-                format!(
-                    "{cluster} is paused (spec.paused: true) and KubeadmControlPlane {kcp} carries annotation cluster.x-k8s.io/paused"
-                )
-            } else {
-                format!("{cluster} is paused (spec.paused: true)")
-            },
-            format!(
-                "kubectl patch cluster -n {ns} {} --type merge -p '{{\"spec\":{{\"paused\":false}}}}'",
-                cp.cluster.name
-            ),
+    let what = remediation::paused_words(cp, paused);
+    let cmd = match paused {
+        Paused::Cluster | Paused::Both => format!(
+            "kubectl patch cluster -n {ns} {} --type merge -p '{{\"spec\":{{\"paused\":false}}}}'",
+            cp.cluster.name
         ),
-        Paused::Kcp => (
-            format!("KubeadmControlPlane {kcp} carries annotation cluster.x-k8s.io/paused"),
-            format!(
-                "kubectl annotate kubeadmcontrolplane -n {ns} {} cluster.x-k8s.io/paused-",
-                cp.kcp.name
-            ),
+        Paused::Kcp => format!(
+            "kubectl annotate kubeadmcontrolplane -n {ns} {} {ANNOTATION_PAUSED}-",
+            cp.kcp.name
         ),
     };
     let also = if paused == Paused::Both {
         format!(
-            " (and the KubeadmControlPlane's annotation: `kubectl annotate kubeadmcontrolplane -n {ns} {} cluster.x-k8s.io/paused-`)",
+            " (and the KubeadmControlPlane's annotation: `kubectl annotate kubeadmcontrolplane -n {ns} {} {ANNOTATION_PAUSED}-`)",
             cp.kcp.name
         )
     } else {

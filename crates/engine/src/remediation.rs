@@ -13,7 +13,8 @@
 use std::fmt;
 
 use crate::model::{
-    ANNOTATION_REMEDIATE, ControlPlane, HealthCheck, HealthChecks, Limit, Machine, Trigger,
+    ANNOTATION_PAUSED, ANNOTATION_REMEDIATE, ControlPlane, HealthCheck, HealthChecks, Limit,
+    Machine, Paused, Trigger,
 };
 
 /// Whether remediating a Machine (annotating it `cluster.x-k8s.io/remediate-machine`) leads to
@@ -243,18 +244,43 @@ pub fn summary(cp: &ControlPlane) -> String {
             uncovered.join(", ")
         ));
     }
+    if let Some(p) = cp.paused() {
+        parts.push(format!(
+            "{}: KCP and its MachineHealthChecks act on nothing until it is unpaused",
+            paused_words(cp, p)
+        ));
+    }
     parts.join("; ")
+}
+
+/// "Cluster ns/c is paused (spec.paused: true)", or what else pauses the control plane.
+pub fn paused_words(cp: &ControlPlane, p: Paused) -> String {
+    let ns = &cp.kcp.namespace;
+    let cluster = format!(
+        "Cluster {ns}/{} is paused (spec.paused: true)",
+        cp.cluster.name
+    );
+    let kcp = format!(
+        "KubeadmControlPlane {} carries annotation {ANNOTATION_PAUSED}",
+        cp.kcp_shown()
+    );
+    match p {
+        Paused::Cluster => cluster,
+        Paused::Kcp => kcp,
+        Paused::Both => format!("{cluster} and {kcp}"),
+    }
 }
 
 /// [`summary`], when it tells of a gap: a control-plane Machine that a remediation would not
 /// reach KCP for (no MachineHealthCheck covers it, or the ones that do are paused or
-/// short-circuited). `None` when every Machine is covered, and when that is not known (the next
-/// action's message says so where it matters).
+/// short-circuited), or a paused control plane. `None` when every Machine is covered, and when
+/// that is not known (the next action's message says so where it matters).
 pub fn gap(cp: &ControlPlane) -> Option<String> {
-    let blocked = cp
-        .machines
-        .iter()
-        .filter(|m| m.control_plane && !m.deleting)
-        .any(|m| matches!(coverage(cp, m), Coverage::None | Coverage::Blocked(..)));
+    let blocked = cp.paused().is_some()
+        || cp
+            .machines
+            .iter()
+            .filter(|m| m.control_plane && !m.deleting)
+            .any(|m| matches!(coverage(cp, m), Coverage::None | Coverage::Blocked(..)));
     blocked.then(|| summary(cp))
 }

@@ -341,8 +341,15 @@ fn paused_control_plane_keeps_actions_that_need_no_reconciler() {
     assert_eq!(next(&c), before);
     // Converged: nothing to do, paused or not.
     let mut c = cp(3, &[("a", healthy()), ("b", healthy()), ("c", healthy())]);
+    assert_eq!(remediation::gap(&c), None);
     c.kcp.paused = true;
     assert_eq!(next(&c).code, ActionCode::None);
+    // The member table tells that no remediation reaches KCP now.
+    let gap = remediation::gap(&c).expect("a paused control plane is a gap");
+    assert!(
+        gap.ends_with("KubeadmControlPlane ns/kcp carries annotation cluster.x-k8s.io/paused: KCP and its MachineHealthChecks act on nothing until it is unpaused"),
+        "{gap}"
+    );
     // A deletion in flight waits for KCP: paused, it waits for nothing.
     machine_mut(&mut c, "a").deleting = true;
     c.kcp.paused = false;

@@ -21,7 +21,7 @@ use crate::engine::{HealthCheck, HealthCheckCounts, LABEL_CLUSTER_NAME, Limit, T
 pub const KIND_MHC: &str = "MachineHealthCheck";
 /// Annotation that pauses a Cluster API object's reconciler (and leaves a Machine out of every
 /// MachineHealthCheck's targets).
-pub const ANNOTATION_PAUSED: &str = "cluster.x-k8s.io/paused";
+pub use crate::engine::ANNOTATION_PAUSED;
 /// Annotation that leaves a Machine out of every MachineHealthCheck's targets.
 pub const ANNOTATION_SKIP_REMEDIATION: &str = "cluster.x-k8s.io/skip-remediation";
 

@@ -29,8 +29,8 @@ use crate::engine::{ControlPlane, Operation, Policy, Requester, decide, next_act
 pub use render::{render_header, render_members, render_next_action, render_quorum, render_text};
 pub(crate) use render::{table, tolerance_cell};
 pub use report::{
-    ControlPlaneOut, FiguresOut, MachineOut, MemberOut, NextActionOut, QuorumOut, Report, SCHEMA,
-    VerdictOut,
+    ControlPlaneOut, CountsOut, FiguresOut, HealthCheckOut, HealthChecksOut, MachineOut, MemberOut,
+    NextActionOut, QuorumOut, RemediationOut, Report, SCHEMA, VerdictOut,
 };
 
 /// Who `check` asks as when `--as` is not given: the admin user kubeadm's kubeconfig names, a

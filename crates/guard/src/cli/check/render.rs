@@ -98,7 +98,7 @@ pub fn render_text(r: &Report) -> String {
 pub fn render_header(r: &Report) -> String {
     let cp = &r.control_plane;
     format!(
-        "KubeadmControlPlane {} (Cluster {}): replicas {}, version {}, {} etcd, maxSurge {}, joins: {}{}{}\n",
+        "KubeadmControlPlane {} (Cluster {}): replicas {}, version {}, {} etcd, maxSurge {}, joins: {}{}{}{}{}\n",
         cp.kcp,
         cp.cluster,
         cp.replicas,
@@ -109,6 +109,12 @@ pub fn render_header(r: &Report) -> String {
         if cp.deleting { ", DELETING" } else { "" },
         if cp.cluster_deleting {
             ", Cluster DELETING"
+        } else {
+            ""
+        },
+        if cp.paused { ", PAUSED" } else { "" },
+        if cp.cluster_paused {
+            ", Cluster PAUSED"
         } else {
             ""
         },

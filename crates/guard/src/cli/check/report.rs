@@ -5,8 +5,10 @@ use serde::Serialize;
 
 use super::WhatIf;
 use crate::engine::quorum::{Tally, quorum, tolerance};
+use crate::engine::remediation;
 use crate::engine::{
-    ControlPlane, EtcdState, EtcdTopology, Figures, Health, Member, NextAction, Requester, Verdict,
+    ControlPlane, Coverage, EtcdState, EtcdTopology, Figures, Health, HealthChecks, Held, Machine,
+    Member, NextAction, Requester, Verdict,
 };
 
 /// The output of `quorumguard check -o json`. Stable: fields are added, never renamed or
@@ -21,7 +23,9 @@ use crate::engine::{
 ///     "etcd": "Stacked" | "External", "maxSurge": 1, "deleting": false, "clusterDeleting": false,
 ///     "etcdLearnerMode": true | false | null,   // the kubeadm feature gate, where set
 ///     "joins": "Learner" | "Voting",            // how a new member joins (docs/rules.md)
-///     "joinsBecause": "learner (kubeadm v1.32.0)"
+///     "joinsBecause": "learner (kubeadm v1.32.0)",
+///     "paused": false,                  // KCP annotation cluster.x-k8s.io/paused
+///     "clusterPaused": false            // the Cluster's spec.paused (clusterctl move sets it)
 ///   },
 ///   "members": [{                      // as in the member list, with what status/health said
 ///     "name": "cp-node-1",             // "" when the member was added but has not started
@@ -35,11 +39,32 @@ use crate::engine::{
 ///     "machine": "demo-control-plane-x7k2p" | null
 ///   }],
 ///   "machines": [{ "name": "...", "node": "cp-node-1" | null, "deleting": false,
-///                  "member": "673ce451ecd2d8e9" | null }],
+///                  "member": "673ce451ecd2d8e9" | null,
+///                  "remediation": {               // what annotating it remediate-machine does
+///                    "coveredBy": ["kcp-mhc"] | null,   // MachineHealthChecks targeting it;
+///                                                       //  null when they were not read
+///                    "reachesKcp": true | false | null, // would KCP be asked to replace it now
+///                    "held": null | "NoMachineHealthCheck" | "Paused" | "ShortCircuit"
+///                            | "ControlPlanePaused",   // why not (first reason)
+///                    "heldBy": "kcp-mhc" | null,        // the MachineHealthCheck that holds it
+///                    "wouldCount": { "unhealthy": 2, "expected": 3 } | null,  // ShortCircuit
+///                    "countedUnhealthy": false  // HealthCheckSucceeded or OwnerRemediated False
+///                  } }],
 ///   "machinesWithoutMember": ["demo-control-plane-x7k2p"],
 ///   "quorum": { "members": 3, "voting": 3, "learners": 0, "healthy": 2, "unhealthy": 1,
 ///               "unknown": 0, "quorum": 2, "faultTolerance": 0, "hasQuorum": true },
 ///                                      // null when the member list is unknown
+///   "machineHealthChecks": {           // the MachineHealthChecks covering its Machines
+///     "known": true,                   // false when they were not read
+///     "unknown": "the objects dump holds no MachineHealthCheck: ..." | null,   // why not
+///     "checks": [{ "name": "kcp-mhc", "paused": false,
+///                  "trigger": "unhealthyLessThanOrEqualTo 100%",
+///                  "targets": ["demo-control-plane-x7k2p"],   // Machines of this control plane
+///                  "lastCounted": { "unhealthy": 1, "expected": 3 } | null,  // its status
+///                  "shortCircuited": false | null }],   // by that count; null before one
+///     "summary": "MachineHealthCheck demo/kcp-mhc covers 3 of the Machines (...)",
+///     "gap": "..." | null              // the summary when a Machine's remediation would not
+///   },                                 //  reach KCP (none covers it, paused, short-circuited)
 ///   "etcdUnknown": "no member list: ..." | null,   // why, and what was seen instead
 ///   "memberAdd": "etcd 3.4.23 adds a member only while every voting member is connected (...)"
 ///                | null,              // by the voting members' etcd version; unknown = older rule
@@ -63,6 +88,8 @@ pub struct Report {
     pub members: Vec<MemberOut>,
     pub machines: Vec<MachineOut>,
     pub machines_without_member: Vec<String>,
+    /// The MachineHealthChecks that may pass a remediation of its Machines on to KCP.
+    pub machine_health_checks: HealthChecksOut,
     /// `None` (null) when the member list is unknown: the live `status` when its probe failed,
     /// `check` when the member list dump holds etcdctl's failure (etcdctl 3.5 fails it without
     /// a leader); figures of an empty list would read as "quorum lost".
@@ -96,6 +123,11 @@ pub struct ControlPlaneOut {
     pub etcd_learner_mode: Option<bool>,
     pub joins: &'static str,
     pub joins_because: String,
+    /// Annotated `cluster.x-k8s.io/paused`: KCP reconciles nothing.
+    pub paused: bool,
+    /// The Cluster's `spec.paused`: KCP, its MachineHealthChecks and the Machine controller
+    /// reconcile nothing.
+    pub cluster_paused: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -125,6 +157,148 @@ pub struct MachineOut {
     pub node: Option<String>,
     pub deleting: bool,
     pub member: Option<String>,
+    pub remediation: RemediationOut,
+}
+
+/// What annotating a Machine `cluster.x-k8s.io/remediate-machine` does now
+/// ([`crate::engine::remediation::coverage`]).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemediationOut {
+    /// The MachineHealthChecks that target it; `None` (null) when they were not read.
+    pub covered_by: Option<Vec<String>>,
+    /// Whether a MachineHealthCheck would mark it for KCP to replace now, and KCP act on that;
+    /// `None` (null) when the MachineHealthChecks were not read.
+    pub reaches_kcp: Option<bool>,
+    /// Why not: `NoMachineHealthCheck`, `Paused` (the MachineHealthCheck), `ShortCircuit`, or
+    /// `ControlPlanePaused` (the Cluster or the KCP).
+    pub held: Option<&'static str>,
+    /// The MachineHealthCheck that holds it back (`Paused`, `ShortCircuit`).
+    pub held_by: Option<String>,
+    /// `ShortCircuit`: what it would count with this Machine marked.
+    pub would_count: Option<CountsOut>,
+    /// A MachineHealthCheck counted it unhealthy at its last reconcile (`HealthCheckSucceeded`
+    /// or `OwnerRemediated` False).
+    pub counted_unhealthy: bool,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CountsOut {
+    pub unhealthy: u32,
+    pub expected: u32,
+}
+
+/// The MachineHealthChecks of a control plane, as [`crate::engine::remediation`] reads them.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthChecksOut {
+    pub known: bool,
+    /// Why they are not known; `None` (null) when they are.
+    pub unknown: Option<String>,
+    pub checks: Vec<HealthCheckOut>,
+    /// [`crate::engine::remediation::summary`]: the line the text output prints.
+    pub summary: String,
+    /// [`crate::engine::remediation::gap`]: the summary when some Machine's remediation would
+    /// not reach KCP; `None` (null) otherwise, and when that is not known.
+    pub gap: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheckOut {
+    pub name: String,
+    pub paused: bool,
+    pub trigger: String,
+    /// The Machines of this control plane it targets.
+    pub targets: Vec<String>,
+    /// Its `status` count; `None` (null) before its first reconcile.
+    pub last_counted: Option<CountsOut>,
+    /// Whether that count short-circuits it; `None` (null) before its first count.
+    pub short_circuited: Option<bool>,
+}
+
+impl HealthChecksOut {
+    fn new(cp: &ControlPlane) -> HealthChecksOut {
+        let (known, unknown, checks) = match &cp.health_checks {
+            HealthChecks::Unknown { reason } => (false, Some(reason.clone()), Vec::new()),
+            HealthChecks::Known(v) => (
+                true,
+                None,
+                v.iter()
+                    .map(|hc| HealthCheckOut {
+                        name: hc.name.clone(),
+                        paused: hc.paused,
+                        trigger: hc.trigger.to_string(),
+                        targets: hc.targets.clone(),
+                        last_counted: hc.counts.map(|c| CountsOut {
+                            unhealthy: c.unhealthy,
+                            expected: c.expected,
+                        }),
+                        short_circuited: hc
+                            .counts
+                            .map(|c| !hc.trigger.allows(c.unhealthy, c.expected)),
+                    })
+                    .collect(),
+            ),
+        };
+        HealthChecksOut {
+            known,
+            unknown,
+            checks,
+            summary: remediation::summary(cp),
+            gap: remediation::gap(cp),
+        }
+    }
+}
+
+impl RemediationOut {
+    fn new(cp: &ControlPlane, m: &Machine) -> RemediationOut {
+        let covered_by = match &cp.health_checks {
+            HealthChecks::Unknown { .. } => None,
+            HealthChecks::Known(v) => Some(
+                v.iter()
+                    .filter(|hc| hc.targets(m))
+                    .map(|hc| hc.name.clone())
+                    .collect(),
+            ),
+        };
+        let paused = cp.paused().is_some();
+        let (reaches_kcp, held, held_by, would_count) = match remediation::coverage(cp, m) {
+            Coverage::Unknown(_) => (None, None, None, None),
+            Coverage::None => (Some(false), Some("NoMachineHealthCheck"), None, None),
+            Coverage::Blocked(hc, Held::Paused) => {
+                (Some(false), Some("Paused"), Some(hc.name.clone()), None)
+            }
+            Coverage::Blocked(
+                hc,
+                Held::ShortCircuit {
+                    unhealthy,
+                    expected,
+                },
+            ) => (
+                Some(false),
+                Some("ShortCircuit"),
+                Some(hc.name.clone()),
+                Some(CountsOut {
+                    unhealthy,
+                    expected,
+                }),
+            ),
+            Coverage::Remediates(_) if paused => {
+                (Some(false), Some("ControlPlanePaused"), None, None)
+            }
+            Coverage::Remediates(_) => (Some(true), None, None, None),
+        };
+        RemediationOut {
+            covered_by,
+            reaches_kcp,
+            held,
+            held_by,
+            would_count,
+            counted_unhealthy: m.health_check_failed,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -273,6 +447,7 @@ impl Report {
                 node: m.node_name.clone(),
                 deleting: m.deleting,
                 member: cp.member_of(m).map(|x| x.id.to_string()),
+                remediation: RemediationOut::new(cp, m),
             })
             .collect();
         let without = machines
@@ -304,6 +479,8 @@ impl Report {
                     crate::engine::JoinStyle::Voting => "Voting",
                 },
                 joins_because: cp.joins().to_string(),
+                paused: cp.kcp.paused,
+                cluster_paused: cp.cluster.paused,
             },
             members: members_out,
             machines,
@@ -326,6 +503,7 @@ impl Report {
             member_add: etcd_unknown
                 .is_none()
                 .then(|| crate::engine::etcd_version::add_member_rule(members).describe()),
+            machine_health_checks: HealthChecksOut::new(cp),
             etcd_unknown,
             verdicts,
             next_action: NextActionOut::from(next),
