@@ -309,8 +309,9 @@ fn the_webhook_configuration_registers_exactly_what_the_guard_judges() {
         assert_eq!(strings(&rules[0].api_versions), ["*"], "{n}");
         // The match conditions only narrow what reaches the guard to what it judges (so a dead
         // guard blocks no teardown and no metadata-only update): the Machine webhook skips the
-        // teardown identities and KCP's own teardown (its service account deleting a Machine
-        // without KCP's pre-terminate hook), the KCP webhook metadata-only updates.
+        // teardown identities, KCP's own teardown (its service account deleting a Machine
+        // without KCP's pre-terminate hook) and clusterctl move's deletions of Machines without
+        // finalizers, the KCP webhook metadata-only updates.
         let conditions = w.match_conditions.as_deref().unwrap_or_default();
         let expected: Vec<(&str, Vec<&str>)> = if n == "machines.quorumguard.io" {
             vec![
@@ -328,6 +329,14 @@ fn the_webhook_configuration_registers_exactly_what_the_guard_judges() {
                         quorumguard::engine::DEFAULT_KCP_CONTROLLER,
                         "oldObject.metadata.annotations",
                         "pre-terminate.delete.hook.machine.cluster.x-k8s.io/kcp-cleanup",
+                    ],
+                ),
+                (
+                    "not-clusterctl-move",
+                    vec![
+                        quorumguard::engine::ANNOTATION_DELETE_FOR_MOVE,
+                        "oldObject.metadata.annotations",
+                        "size(oldObject.metadata.finalizers) == 0",
                     ],
                 ),
             ]

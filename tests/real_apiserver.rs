@@ -1791,6 +1791,30 @@ async fn kcp_tears_down_all(kcp: &Client, control_plane: &[String], when: &str) 
     }
 }
 
+/// `result`, a deletion of Machine `machine`, was refused for want of the guard (`failed calling
+/// webhook`), and the Machine is not being deleted; returns it.
+async fn refused_and_not_started<T: std::fmt::Debug>(
+    world: &World,
+    what: &str,
+    result: kube::Result<T>,
+    machine: &str,
+) -> DynamicObject {
+    let message = refusal(what, result);
+    assert!(
+        message.contains("failed calling webhook \"machines.quorumguard.io\""),
+        "{what}: {message}"
+    );
+    let m = machines(&world.admin, NS)
+        .get(machine)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {machine}: {e}"));
+    assert!(
+        m.metadata.deletion_timestamp.is_none(),
+        "{what}: the refused deletion did not start"
+    );
+    m
+}
+
 /// `client` deletes Machine `name` and the API server refuses it for want of the guard
 /// (`failed calling webhook`, failurePolicy Fail); `what` says who does what.
 async fn refused_without_the_guard(client: &Client, name: &str, what: &str) {
@@ -1873,22 +1897,13 @@ async fn a_cluster_is_deleted_with_the_guard_down() {
 
     teardown_until_kcp(&world, Some("test-worker")).await;
     // The VWC before: KCP's teardown is refused while the guard is down.
-    let message = refusal(
+    refused_and_not_started(
+        &world,
         "KCP's teardown deletion, the guard down, the VWC before",
         kcp_tears_down(&kcp, "test-cp-a").await,
-    );
-    assert!(
-        message.contains("failed calling webhook \"machines.quorumguard.io\""),
-        "{message}"
-    );
-    let machine = machines(&world.admin, NS)
-        .get("test-cp-a")
-        .await
-        .expect("the Machine");
-    assert!(
-        machine.metadata.deletion_timestamp.is_none(),
-        "the refused deletion did not start"
-    );
+        "test-cp-a",
+    )
+    .await;
     // A person still cannot use the hook's absence: only KCP's identity is skipped.
     refused_without_the_guard(
         &alice,
@@ -1912,6 +1927,147 @@ async fn a_cluster_is_deleted_with_the_guard_down() {
     kcp_tears_down_all(&kcp, &control_plane, "the guard down").await;
     teardown_finishes(&world, &control_plane).await;
     assert!(!serve.is_running(), "the guard stayed down throughout");
+}
+
+/// What `clusterctl move` does to a Machine on the source management cluster (Cluster API
+/// v1.14, `cmd/clusterctl/client/cluster/mover.go`, `deleteSourceObject`, after
+/// `setClusterPause` paused the Cluster): a JSON patch that adds `metadata.annotations` as
+/// `{"clusterctl.cluster.x-k8s.io/delete-for-move": ""}` (an `add` of an existing member
+/// replaces it: every other annotation, KCP's pre-terminate hook included, is gone), then the
+/// deletion, then a merge patch emptying the finalizers. Up to v1.9 the finalizers went before
+/// the deletion (`strip_first`). Returns the deletion's result.
+async fn clusterctl_moves_away(
+    client: &Client,
+    machine: &str,
+    strip_first: bool,
+) -> kube::Result<()> {
+    let api = machines(client, NS);
+    api.patch(
+        machine,
+        &PatchParams::default(),
+        &support::kit::json_patch(json!([{"op": "add", "path": "/metadata/annotations",
+            "value": {quorumguard::engine::ANNOTATION_DELETE_FOR_MOVE: ""}}])),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("annotate {machine} delete-for-move: {e}"));
+    let strip = json!({"finalizers": []});
+    if strip_first {
+        patch_metadata(&api, machine, strip.clone()).await;
+    }
+    api.delete(machine, &DeleteParams::default()).await?;
+    if !strip_first {
+        patch_metadata(&api, machine, strip).await;
+    }
+    Ok(())
+}
+
+/// `clusterctl move` with the guard down (`serve` killed, `failurePolicy: Fail`), Cluster API's
+/// finalizers on the Machines and the Cluster paused as clusterctl pauses it: the deletion of a
+/// control-plane Machine annotated `clusterctl.cluster.x-k8s.io/delete-for-move` whose
+/// finalizers are gone passes (match condition `not-clusterctl-move`: such a deletion completes
+/// at once, and no controller drains its node or removes its etcd member), and the Machine is
+/// gone. An ordinary deletion of a control-plane Machine is still refused, and so are the
+/// annotation without the finalizers gone and the finalizers gone without the annotation.
+/// clusterctl v1.10 and later deletes before it strips the finalizers: that deletion reaches the
+/// guard, so with the guard down it is refused; with the guard up it is allowed
+/// (`ClusterctlMove`) and the move goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusterctl_move_with_the_guard_down_and_up() {
+    let assets = assets_or_skip!("a_clusterctl_move_with_the_guard_down_and_up");
+    let (world, mut serve) = World::guarded_without_probes(&assets).await;
+    let control_plane: Vec<String> = ["test-cp-a", "test-cp-b", "test-cp-c"]
+        .map(String::from)
+        .to_vec();
+    as_cluster_api_keeps_them(&world, &control_plane, None).await;
+    // clusterctl runs as the person at the keyboard.
+    let alice = world.env.client_as(ALICE).await;
+    clusters(&world.admin, NS)
+        .patch(
+            "test",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": true}})),
+        )
+        .await
+        .expect("clusterctl pauses the Cluster");
+
+    serve.kill();
+    must_replace(
+        &world.admin,
+        &webhook_at(&world.vwc, serve.addr, &world.ca_pem),
+    )
+    .await;
+    refused_without_the_guard(&alice, "test-cp-a", "alice deletes a control-plane Machine").await;
+
+    // The order of clusterctl up to v1.9: annotate, strip the finalizers, delete. It passes.
+    clusterctl_moves_away(&alice, "test-cp-b", true)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("clusterctl (v1.9 order) deletes test-cp-b, the guard down: {e}")
+        });
+    assert!(
+        gone(&machines(&world.admin, NS), "test-cp-b").await,
+        "test-cp-b is gone"
+    );
+
+    // Only both together: the finalizers gone without the annotation, or the annotation with
+    // the finalizers, still reach the (dead) guard.
+    patch_metadata(
+        &machines(&alice, NS),
+        "test-cp-c",
+        json!({"finalizers": []}),
+    )
+    .await;
+    refused_without_the_guard(
+        &alice,
+        "test-cp-c",
+        "alice deletes a control-plane Machine without finalizers, not annotated for a move",
+    )
+    .await;
+    let a = refused_and_not_started(
+        &world,
+        "clusterctl (v1.10+ order: delete, then strip the finalizers) deletes test-cp-a, the guard down",
+        clusterctl_moves_away(&alice, "test-cp-a", false).await,
+        "test-cp-a",
+    )
+    .await;
+    assert_eq!(
+        a.metadata
+            .annotations
+            .as_ref()
+            .map(|a| a.keys().cloned().collect::<Vec<_>>()),
+        Some(vec![
+            quorumguard::engine::ANNOTATION_DELETE_FOR_MOVE.to_string()
+        ]),
+        "clusterctl's patch replaced the annotations"
+    );
+
+    // The guard up again: the same deletion reaches it and is allowed as ClusterctlMove (its
+    // health unknown, a person's ordinary deletion is refused by the guard itself).
+    let serve = world.serve("quorumguard-1", &["--no-probe"]).await;
+    world.register(&serve).await;
+    guard_refuses_deleting(&alice, "test-cp-c", "alice deletes test-cp-c, the guard up").await;
+    let before = serve.reviews(MACHINES).await;
+    machines(&alice, NS)
+        .delete("test-cp-a", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("clusterctl deletes test-cp-a, the guard up: {e}"));
+    patch_metadata(
+        &machines(&alice, NS),
+        "test-cp-a",
+        json!({"finalizers": []}),
+    )
+    .await;
+    assert!(
+        gone(&machines(&world.admin, NS), "test-cp-a").await,
+        "test-cp-a is gone"
+    );
+    let after = serve.reviews(MACHINES).await;
+    assert_eq!(
+        after.get("ClusterctlMove").copied().unwrap_or(0)
+            - before.get("ClusterctlMove").copied().unwrap_or(0),
+        1,
+        "the deletion reached the guard and was allowed as ClusterctlMove: {after:?}"
+    );
 }
 
 /// The guard up, judging KCP's teardown (the VWC without `not-kcp-teardown`, so that every
