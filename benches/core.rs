@@ -53,6 +53,7 @@ fn control_plane(n: usize) -> ControlPlane {
         cluster: Cluster {
             name: "c".into(),
             deleting: false,
+            paused: false,
         },
         kcp: Kcp {
             name: "c-cp".into(),
@@ -63,6 +64,7 @@ fn control_plane(n: usize) -> ControlPlane {
             deleting: false,
             version: Some("v1.33.1".into()),
             etcd_learner_mode: None,
+            paused: false,
         },
         health_checks: HealthChecks::Known(vec![HealthCheck::covering("c-mhc", &machines)]),
         machines,
