@@ -350,9 +350,17 @@ impl ActionCode {
 /// an action that KCP or a MachineHealthCheck would have to carry out becomes `Unpause`, which
 /// names it as what follows the unpausing.
 pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAction {
-    let a = next_action_unpaused(cp, policy, now_unix);
+    let mut a = next_action_unpaused(cp, policy, now_unix);
     match cp.paused() {
         Some(paused) if a.code.needs_reconcilers() => unpause(cp, paused, a),
+        // Still the action, but whatever its message says KCP does afterwards waits too.
+        Some(paused) if a.code != ActionCode::None => {
+            a.message.push_str(&format!(
+                " Meanwhile {}: KCP and its MachineHealthChecks act on nothing until it is unpaused (`clusterctl move` pauses it on purpose while it moves the Cluster).",
+                remediation::paused_words(cp, paused)
+            ));
+            a
+        }
         _ => a,
     }
 }
