@@ -323,6 +323,8 @@ async fn keep_running(world: &Arc<World>, tl: &Timeline) -> anyhow::Result<()> {
     };
     let watcher = scenarios::watch(Arc::clone(world), tl.clone());
     let mut kcp = KcpController::new(Arc::clone(world), tl.clone(), Style::Current);
+    // The printer above shows every webhook call, the controller's too.
+    kcp.print_calls = false;
     let mut last = String::new();
     // Until Ctrl-C (the caller's select ends this future); one step a second at most.
     loop {
