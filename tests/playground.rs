@@ -123,7 +123,15 @@ fn unsafe_manual_delete_is_denied_and_remediation_converges() {
     let _slot = support::etcd::slot();
     support::etcd::runtime().block_on(async {
         let dir = TempDir::new("pg-unsafe");
-        let (world, _tl) = play("unsafe-manual-delete", dir.path()).await;
+        let (world, tl) = play("unsafe-manual-delete", dir.path()).await;
+        // Each Machine KCP creates is told once (the controller printed it, and so did the
+        // loop that prints every action).
+        let text = tl.text();
+        let creates: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("KCP scales up: created Machine"))
+            .collect();
+        assert_eq!(creates.len(), 1, "{text}");
         let calls = world.webhooks.calls();
         let human: Vec<_> = calls
             .iter()
@@ -423,6 +431,40 @@ fn keep_mode_serves_kubectl_and_stops_everything_on_ctrl_c() {
     assert_eq!(
         (code, out.trim()),
         (0, format!("machine.cluster.x-k8s.io/{machine}").as_str())
+    );
+
+    // The safe path: annotated, the MachineHealthCheck marks it and the simulated KCP
+    // remediates it, its deletion judged by the webhook and printed once (the controller
+    // printed its own calls besides the printer of every call, so each showed twice).
+    let (code, _out, err) = kubectl(
+        &kubeconfig,
+        &[
+            "annotate",
+            "machine",
+            &machine,
+            "cluster.x-k8s.io/remediate-machine=",
+        ],
+    );
+    assert_eq!(code, 0, "kubectl annotate: {err}");
+    let gone = format!("Machine default/{machine} deleted");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !seen.iter().any(|l| l.contains(&gone)) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("KCP did not remediate {machine}:\n{}", seen.join("\n")),
+        }
+    }
+    let kcp_calls = seen
+        .iter()
+        .filter(|l| l.contains(&format!("admission DELETE machines default/{machine} by")))
+        .filter(|l| !l.contains("kubernetes-admin"))
+        .count();
+    assert_eq!(
+        kcp_calls,
+        1,
+        "KCP's deletion of {machine} printed once:\n{}",
+        seen.join("\n")
     );
 
     // Ctrl-C: it stops, and every etcd process it started is gone.

@@ -139,13 +139,16 @@ impl NextAction {
 
 impl NextAction {
     /// A remediation whose MachineHealthChecks were not read: says so, since the annotation
-    /// works only through one.
+    /// works only through one. Said before the command, so that the message still ends with
+    /// "Run: <command>" and a reader copying the command takes nothing else.
     fn unless_known(mut self, cp: &ControlPlane, m: &Machine) -> NextAction {
         if let Coverage::Unknown(reason) = remediation::coverage(cp, m) {
-            self.message.push_str(&format!(
+            let note = format!(
                 " Whether a MachineHealthCheck covers Machine {}/{} is not known ({reason}): the annotation takes effect only through one (`kubectl get machinehealthchecks -n {}`).",
                 cp.kcp.namespace, m.name, cp.kcp.namespace
-            ));
+            );
+            let at = self.message.rfind(" Run: ").unwrap_or(self.message.len());
+            self.message.insert_str(at, &note);
         }
         self
     }

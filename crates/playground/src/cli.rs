@@ -51,12 +51,13 @@ pub struct PlaygroundArgs {
     #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = quorumguard_guard::cli::duration)]
     pub probe_interval: Duration,
     /// Run on a real kube-apiserver instead of the embedded stand-in: kube-apiserver and its
-    /// etcd from KUBEBUILDER_ASSETS (setup-envtest's directory), started on loopback for the
-    /// run. Needs --capi-crds.
+    /// etcd from KUBEBUILDER_ASSETS (setup-envtest's directory; the etcd from
+    /// QUORUMGUARD_ETCD_BIN_DIR when that is set), started on loopback for the run. Needs
+    /// --capi-crds.
     #[arg(long)]
     pub real_apiserver: bool,
     /// The kube-apiserver binary to run on (implies --real-apiserver); its storage etcd comes
-    /// from KUBEBUILDER_ASSETS, else PATH.
+    /// from QUORUMGUARD_ETCD_BIN_DIR, else KUBEBUILDER_ASSETS, else PATH.
     #[arg(long, value_name = "PATH")]
     pub kube_apiserver: Option<PathBuf>,
     /// The Cluster API CRDs to install on the real kube-apiserver: a directory with
@@ -323,6 +324,8 @@ async fn keep_running(world: &Arc<World>, tl: &Timeline) -> anyhow::Result<()> {
     };
     let watcher = scenarios::watch(Arc::clone(world), tl.clone());
     let mut kcp = KcpController::new(Arc::clone(world), tl.clone(), Style::Current);
+    // The printer above shows every webhook call, the controller's too.
+    kcp.print_calls = false;
     let mut last = String::new();
     // Until Ctrl-C (the caller's select ends this future); one step a second at most.
     loop {

@@ -81,6 +81,9 @@ pub struct KcpController {
     pub actions: Vec<(StepKind, String)>,
     /// [`Style::Current`]: why the last step was [`Step::Blocked`], as `preflight` names it.
     pub blocked: Option<(ReadyReason, String)>,
+    /// Print the webhook calls of this controller's own deletions (a story's timeline); off
+    /// where something else prints every call already (`--keep`).
+    pub print_calls: bool,
 }
 
 impl KcpController {
@@ -95,6 +98,7 @@ impl KcpController {
             joining: Vec::new(),
             actions: Vec::new(),
             blocked: None,
+            print_calls: true,
         }
     }
 
@@ -264,7 +268,9 @@ impl KcpController {
             .event("kcp", &format!("delete Machine {NAMESPACE}/{name} ({why})"));
         let before = self.world.webhooks.call_count();
         let answer = self.world.delete_machine(name, kcp_controller()).await?;
-        super::scenarios::print_admissions(&self.world, &self.timeline, before);
+        if self.print_calls {
+            super::scenarios::print_admissions(&self.world, &self.timeline, before);
+        }
         Ok(answer.map_err(|(code, message)| {
             self.denials.push(name.to_string());
             format!("deleting Machine {NAMESPACE}/{name} was refused ({code}): {message}")

@@ -169,6 +169,13 @@ fn unknown_coverage_is_not_none() {
         "{}",
         a.message
     );
+    // The command ends the message: copying it takes nothing else.
+    let command = a.command.as_deref().expect("a command");
+    assert!(
+        a.message.ends_with(&format!(" Run: {command}")),
+        "{}",
+        a.message
+    );
     let line = remediation::summary(&c);
     assert!(
         line.contains("not known") && !line.contains("no MachineHealthCheck"),

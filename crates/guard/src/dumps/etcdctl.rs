@@ -520,7 +520,7 @@ struct Observed<'a> {
 ///
 /// Status entries are matched by the member ID they report (by endpoint when they report none),
 /// health entries by endpoint. Alarms named in status `errors` or in the alarm list are attached to the member they name
-/// (NOSPACE and CORRUPT make it unhealthy in the engine). Entries for endpoints or IDs not in
+/// (CORRUPT makes it unhealthy in the engine; NOSPACE does not: raft keeps its quorum). Entries for endpoints or IDs not in
 /// the member list are ignored and reported in the returned warnings.
 pub fn snapshot(
     mut members: Vec<Member>,

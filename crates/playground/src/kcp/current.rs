@@ -453,7 +453,7 @@ impl KcpController {
                 let words = format!(
                     "KCP scales up: created Machine {NAMESPACE}/{created} ({version}); its node joins"
                 );
-                self.timeline.event("kcp", &words);
+                // Not printed here: whoever steps the controller prints what it did.
                 Move::Acted(StepKind::Create, created, words)
             }
             KcpMove::ScaleDown(key) => {
