@@ -55,7 +55,7 @@ use prometheus_client::metrics::{counter::Counter, family::Family};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::telemetry::Metrics;
+use quorumguard_telemetry::Metrics;
 
 /// One Event to publish about an object.
 #[derive(Clone, Debug)]

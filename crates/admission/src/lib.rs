@@ -4,12 +4,17 @@
 //! unconditional allows and allows that do not rest on etcd (a memberless Machine, external
 //! etcd, no replica change) are answered from that at once, in microseconds. An allow that
 //! rests on etcd health ([`Reason::allow_rests_on_etcd`]) is decided again on a fresh probe of
-//! the cluster's etcd, taken after the request arrived ([`crate::etcd::fresh`]): an allow that
+//! the cluster's etcd, taken after the request arrived ([`quorumguard_observe::etcd::fresh`]): an allow that
 //! depends on etcd health rests on answers etcd gave after the request arrived. That wait is
 //! bounded by `--fresh-probe-timeout`, well inside the webhook's `timeoutSeconds`; a probe that
 //! fails or runs out of time leaves the decision to the unknown-health policy, never to the
 //! cached record. Nothing waits on the API server. Events are handed to a bounded queue and
 //! published in the background.
+//!
+//! This crate is the webhook and nothing else: decode, decide (through the engine), answer,
+//! reserve, record Events. It may depend on `quorumguard-engine`, `quorumguard-observe` (the
+//! caches, the record of probes, fresh probes) and `quorumguard-telemetry`; only the command
+//! line (`quorumguard-cli`) depends on it (tests/architecture.rs).
 
 pub mod events;
 pub mod reservations;
@@ -25,14 +30,14 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 
-use crate::engine::{
+use events::{EventSink, Notice};
+use quorumguard_engine::{
     ANNOTATION_BREAK_GLASS, EtcdSnapshot, EtcdState, Judgement, Machine, Member, OnUnknownHealth,
     Operation, Policy, Reason, admit, admit_deletion, failed_view, fresh_view,
 };
-use crate::etcd::fresh::{Fresh, FreshProbes};
-use crate::state::{ClusterState, Lookup, ProbeTarget};
-use crate::telemetry::Metrics;
-use events::{EventSink, Notice};
+use quorumguard_observe::etcd::fresh::{Fresh, FreshProbes};
+use quorumguard_observe::state::{ClusterState, Lookup, ProbeTarget};
+use quorumguard_telemetry::Metrics;
 use reservations::Reservations;
 use review::{Decoded, Endpoint, Subject};
 
@@ -183,7 +188,7 @@ impl Webhook {
     /// set), so that the next review sees a recovery.
     fn decide(&self, d: &Decoded, pass: Pass, arrived: Option<Instant>) -> Step {
         let now = Instant::now();
-        let now_unix = crate::unix_now();
+        let now_unix = quorumguard_observe::unix_now();
         let (kcp_name, ask) = match &d.subject {
             Subject::Unhandled(_) => {
                 return Outcome {
@@ -388,8 +393,8 @@ fn unknown_now(record: &[Member], why: String) -> EtcdState {
     let members = failed_view(record)
         .into_iter()
         .map(|mut m| {
-            if m.health == crate::engine::Health::Unknown {
-                m.health = crate::engine::Health::Unconfirmed(why.clone());
+            if m.health == quorumguard_engine::Health::Unknown {
+                m.health = quorumguard_engine::Health::Unconfirmed(why.clone());
             }
             m
         })
@@ -421,7 +426,7 @@ fn plain_message(d: &Decoded, o: &Outcome, state: &ClusterState) -> String {
         ),
         _ => format!(
             "quorumguard's caches have not synced yet ({}): it cannot prove that {} of {}/{} is safe. Retry in a few seconds; in an emergency set the annotation {ANNOTATION_BREAK_GLASS}=<reason> on the Machine, or delete the ValidatingWebhookConfiguration quorumguard.",
-            crate::state::Kind::ALL
+            quorumguard_observe::state::Kind::ALL
                 .iter()
                 .filter(|k| !state.is_synced(**k))
                 .map(|k| k.as_str())
@@ -567,18 +572,18 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let mut up = Member::new(1, "a");
-        up.health = crate::engine::Health::Healthy;
+        up.health = quorumguard_engine::Health::Healthy;
         let mut down = Member::new(2, "b");
-        down.health = crate::engine::Health::Unhealthy("no answer within 1s".into());
+        down.health = quorumguard_engine::Health::Unhealthy("no answer within 1s".into());
         match unknown_now(&[up, down], "no fresh etcd probe answered".into()) {
             EtcdState::Observed(s) => {
                 assert_eq!(
                     s.members[0].health,
-                    crate::engine::Health::Unconfirmed("no fresh etcd probe answered".into())
+                    quorumguard_engine::Health::Unconfirmed("no fresh etcd probe answered".into())
                 );
                 assert!(matches!(
                     s.members[1].health,
-                    crate::engine::Health::Unhealthy(_)
+                    quorumguard_engine::Health::Unhealthy(_)
                 ));
             }
             other => panic!("{other:?}"),

@@ -14,8 +14,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use crate::engine::{ControlPlane, Machine};
-use crate::state::{ClusterState, Key};
+use quorumguard_engine::{ControlPlane, Machine};
+use quorumguard_observe::state::{ClusterState, Key};
 
 struct Reserved {
     machine: Machine,

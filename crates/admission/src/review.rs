@@ -3,7 +3,7 @@
 //!
 //! A review is decoded in one pass over the body into an envelope of our own
 //! ([`envelope`]: its strings borrowed from the body, what is never read skipped without being
-//! built) whose objects are [`ObjectParts`](crate::capi::ObjectParts): only the fields the rules read are built, and
+//! built) whose objects are [`ObjectParts`](quorumguard_observe::capi::ObjectParts): only the fields the rules read are built, and
 //! managedFields, status conditions and the rest are skipped by the parser. The response
 //! ([`response`]) is serialized from borrowed parts, the same JSON as kube's
 //! `AdmissionResponse`. `cargo bench --bench core -- review` measures both.
@@ -14,9 +14,9 @@ pub mod response;
 use kube::core::admission::Operation;
 use serde_json::Value;
 
-use crate::capi::{self, CapiKcp, CapiMachine};
-use crate::engine::Requester;
 use envelope::{AdmissionRequest, Body};
+use quorumguard_engine::Requester;
+use quorumguard_observe::capi::{self, CapiKcp, CapiMachine};
 pub use response::{ReviewResponse, respond};
 
 /// Audit annotation key for the reason code. kube-apiserver prefixes it with the webhook's name
@@ -263,7 +263,7 @@ fn subject(endpoint: Endpoint, req: &AdmissionRequest) -> Result<Subject, Review
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capi::tests::review as fixture;
+    use quorumguard_observe::capi::testkit::review as fixture;
     use serde_json::json;
 
     fn decode_value(endpoint: Endpoint, v: &Value) -> Result<Decoded, ReviewError> {

@@ -3,7 +3,7 @@
 //! Makes a CA (or reuses one), issues a serving certificate for the webhook Service's DNS names,
 //! writes `ca.crt`, `ca.key` (new CA only), `tls.crt` (chain) and `tls.key`, and tells how to
 //! install them. Optionally prints the caBundle or patches it into the
-//! ValidatingWebhookConfiguration. The CA and the certificates come from [`crate::certs`]; this
+//! ValidatingWebhookConfiguration. The CA and the certificates come from [`quorumguard_pki::certs`]; this
 //! is what the command adds: the Service's names, the files, the printed commands and the patch.
 //!
 //! With `--client NAME` it issues kube-apiserver's client certificate instead, for `serve
@@ -31,7 +31,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
 
-use crate::certs::{CertError, MAX_DAYS, format_time};
+use quorumguard_pki::certs::{CertError, MAX_DAYS, format_time};
 
 use bundle::{ClientRequest, Request, generate, generate_client};
 use files::write_files;

@@ -23,8 +23,8 @@ use std::process::ExitCode;
 use anyhow::bail;
 use clap::{Args, ValueEnum};
 
-use crate::dumps::{self, DumpFiles};
-use crate::engine::{ControlPlane, Operation, Policy, Requester, decide, next_action};
+use quorumguard_engine::{ControlPlane, Operation, Policy, Requester, decide, next_action};
+use quorumguard_observe::dumps::{self, DumpFiles};
 
 pub use render::{render_header, render_members, render_next_action, render_quorum, render_text};
 pub(crate) use render::{table, tolerance_cell};

@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::admission::Webhook;
-use crate::admission::review::{self, Endpoint};
-use crate::capi::{parse_cluster, parse_kcp, parse_machine};
-use crate::cli::check::{self, WhatIf};
-use crate::dumps::{self, DumpTexts, etcdctl};
-use crate::engine::{DEFAULT_KCP_CONTROLLER, Health, Member, Policy, Requester};
-use crate::state::{ClusterState, Kind, Object};
-use crate::telemetry::Metrics;
+use crate::check::{self, WhatIf};
+use quorumguard_admission::Webhook;
+use quorumguard_admission::review::{self, Endpoint};
+use quorumguard_engine::{DEFAULT_KCP_CONTROLLER, Health, Member, Policy, Requester};
+use quorumguard_observe::capi::{parse_cluster, parse_kcp, parse_machine};
+use quorumguard_observe::dumps::{self, DumpTexts, etcdctl};
+use quorumguard_observe::state::{ClusterState, Kind, Object};
+use quorumguard_telemetry::Metrics;
 
 /// Namespace, Cluster and KCP of the AdmissionReview fixtures (tests/fixtures/admission-reviews/).
 const REVIEW_NS: &str = "capi-test";

@@ -2,11 +2,20 @@
 //! arguments and dispatch. Each subcommand lives in its own module and returns the process exit
 //! code. The binary (the `quorumguard` package's `src/cli.rs`) puts these beside `playground`,
 //! which lives in the playground crate, and parses the command line.
+//!
+//! [`server`] is `serve` as a library: the HTTPS and admin listeners, the status writer and the
+//! certificate reload, put together. This crate sits on top of every other crate of the guard
+//! (engine, pki, telemetry, observe, admission, status); only the binary and the playground
+//! depend on it, and it never depends on the playground (tests/architecture.rs).
 
 pub mod certs;
 pub mod check;
+/// The fuzz targets' bodies (fuzz/): only in tests and under cargo-fuzz.
+#[cfg(any(test, fuzzing))]
+pub mod fuzz_targets;
 pub mod preflight;
 pub mod serve;
+pub mod server;
 pub mod status;
 
 use std::ffi::OsStr;
@@ -25,7 +34,7 @@ pub const EXIT_BAD_INPUT: u8 = 2;
 /// `"...: {source}"`, as kube's errors and many of ours are written) would say it twice or three
 /// times.
 pub fn error_text(e: &anyhow::Error) -> String {
-    crate::etcd::channel::chain(e.as_ref())
+    quorumguard_observe::etcd::channel::chain(e.as_ref())
 }
 
 /// The present as Unix seconds, from the clock: what the rules judge grace periods against.
@@ -97,11 +106,11 @@ pub struct GraceArgs {
 
 impl GraceArgs {
     /// The rules' default policy with these grace periods.
-    pub fn policy(&self) -> crate::engine::Policy {
-        crate::engine::Policy {
+    pub fn policy(&self) -> quorumguard_engine::Policy {
+        quorumguard_engine::Policy {
             join_grace: self.join_grace,
             learner_grace: self.learner_grace,
-            ..crate::engine::Policy::default()
+            ..quorumguard_engine::Policy::default()
         }
     }
 }

@@ -27,7 +27,7 @@ use clap::Args;
 
 use super::check::{DumpArgs, Format};
 use super::status::{ProbeArgs, SelectArgs};
-use crate::engine::rollout::{self, Preflight, Readiness};
+use quorumguard_engine::rollout::{self, Preflight, Readiness};
 
 pub use render::{render_fleet, render_steps};
 pub use report::{
@@ -135,7 +135,7 @@ pub fn run(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
     let (report, predictions) = match &args.dumps {
         Some(dumps) => {
             let loaded = dumps.load(args.select.kcp.as_deref())?;
-            let offline = crate::engine::Policy {
+            let offline = quorumguard_engine::Policy {
                 offline: true,
                 ..policy.clone()
             };

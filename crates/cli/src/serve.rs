@@ -9,17 +9,17 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 
-use crate::engine::{
-    Confirmation, DEFAULT_KCP_CONTROLLER, DEFAULT_TEARDOWN, OnUnknownHealth, Policy,
-};
-use crate::etcd::TransportKind;
-use crate::etcd::sweep::SweepConfig;
-use crate::lease::LeaseConfig;
 use crate::server::StatusConfig;
 use crate::server::{self, ServeConfig};
-use crate::status::publish::PublishConfig;
-use crate::telemetry::{self, LogFormat};
-use crate::tls::ClientAuth;
+use quorumguard_engine::{
+    Confirmation, DEFAULT_KCP_CONTROLLER, DEFAULT_TEARDOWN, OnUnknownHealth, Policy,
+};
+use quorumguard_observe::etcd::TransportKind;
+use quorumguard_observe::etcd::sweep::SweepConfig;
+use quorumguard_pki::tls::ClientAuth;
+use quorumguard_status::lease::LeaseConfig;
+use quorumguard_status::publish::PublishConfig;
+use quorumguard_telemetry::{self as telemetry, LogFormat};
 
 /// What to do when etcd health cannot prove an operation safe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -17,16 +17,16 @@ use kube::Client;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::admission::{Webhook, events};
-use crate::engine::Policy;
-use crate::etcd::fresh::FreshProbes;
-use crate::etcd::sweep::{Probers, SweepConfig};
-use crate::lease::{Elector, Leadership, LeaseConfig};
-use crate::state::{ClusterState, Kind, watch};
-use crate::status::metrics::EnricherMetrics;
-use crate::status::publish::{self, PublishConfig, Publisher};
-use crate::telemetry::{Metrics, Readiness, admin_router};
-use crate::tls;
+use quorumguard_admission::{Webhook, events};
+use quorumguard_engine::Policy;
+use quorumguard_observe::etcd::fresh::FreshProbes;
+use quorumguard_observe::etcd::sweep::{Probers, SweepConfig};
+use quorumguard_observe::state::{ClusterState, Kind, watch};
+use quorumguard_pki::tls;
+use quorumguard_status::lease::{Elector, Leadership, LeaseConfig};
+use quorumguard_status::metrics::EnricherMetrics;
+use quorumguard_status::publish::{self, PublishConfig, Publisher};
+use quorumguard_telemetry::{Metrics, Readiness, admin_router};
 
 /// How long a connection may go, after its TLS handshake, without a complete first request
 /// (h2 and HTTP/1.1): a client that connects and sends nothing, or drips its headers, is closed
@@ -75,8 +75,8 @@ pub fn tune_malloc() {
 /// Logs the serving certificate's validity when it changes: an error while kube-apiserver would
 /// refuse it, a warning in the last days before expiry, info otherwise.
 fn report_validity(validity: &tls::Validity, problem: Option<tls::ValidityProblem>, path: &Path) {
-    let now = crate::certs::unix_secs(std::time::SystemTime::now());
-    let not_after = crate::certs::format_time(validity.not_after);
+    let now = quorumguard_pki::certs::unix_secs(std::time::SystemTime::now());
+    let not_after = quorumguard_pki::certs::format_time(validity.not_after);
     match problem {
         None => tracing::info!(%not_after, "serving certificate valid"),
         Some(p @ tls::ValidityProblem::ExpiresSoon) => {

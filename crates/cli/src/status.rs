@@ -4,8 +4,8 @@
 //!
 //! It reads what the webhook reads, the same way, once: Clusters, KubeadmControlPlanes and
 //! control-plane Machines are listed (v1beta2) and converted by the watch's own conversion into a
-//! [`ClusterState`](crate::state::ClusterState), then one
-//! [`sweep_once`](crate::etcd::sweep::sweep_once) probes each workload cluster's etcd exactly as
+//! [`ClusterState`](quorumguard_observe::state::ClusterState), then one
+//! [`sweep_once`](quorumguard_observe::etcd::sweep::sweep_once) probes each workload cluster's etcd exactly as
 //! `serve` does. The report is `check`'s [`Report`] built from the resulting control plane, so the
 //! JSON has `check`'s schema per control plane and the text reads like `check`'s. Nothing is
 //! written anywhere.
@@ -32,8 +32,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
 
 use super::check::{Format, Report};
-use crate::engine::ActionCode;
-use crate::etcd::TransportKind;
+use quorumguard_engine::ActionCode;
+use quorumguard_observe::etcd::TransportKind;
 
 use gather::gather;
 pub(super) use gather::{connect, probe};

@@ -22,15 +22,17 @@ mod fields;
 mod mhc;
 mod objects;
 mod parts;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
 
 use std::fmt;
 
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::engine::{Cluster, Kcp, Machine};
+use quorumguard_engine::{Cluster, Kcp, Machine};
 
 pub use mhc::{
     ANNOTATION_PAUSED, ANNOTATION_SKIP_REMEDIATION, CapiHealthCheck, KIND_MHC, Selector,

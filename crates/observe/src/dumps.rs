@@ -17,10 +17,10 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::capi::{self, CapiCluster, CapiError, CapiHealthCheck, CapiKcp, CapiMachine};
-use crate::engine::{
+use etcdctl::EtcdctlError;
+use quorumguard_engine::{
     Cluster, ControlPlane, EtcdState, EtcdTopology, HealthChecks, LABEL_CONTROL_PLANE, Member,
 };
-use etcdctl::EtcdctlError;
 
 /// The command whose output `--objects` expects, for messages.
 pub const KUBECTL_GET: &str =
@@ -400,7 +400,7 @@ pub fn control_plane(
             warnings.push(format!(
                 "{} names no Cluster (no {} label) and no Machine or Cluster points to one: assuming it is not being deleted",
                 kcp.object,
-                crate::engine::LABEL_CLUSTER_NAME
+                quorumguard_engine::LABEL_CLUSTER_NAME
             ));
             Cluster {
                 name: "(unknown)".into(),

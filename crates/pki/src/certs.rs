@@ -114,7 +114,9 @@ fn check_common_name(name: &str) -> Result<(), CertError> {
     })
 }
 
-pub(crate) fn check_days(days: u32) -> Result<(), CertError> {
+/// Refuses a validity outside `1..=MAX_DAYS` days (the `certs` command checks its `--days` with it
+/// before it writes anything).
+pub fn check_days(days: u32) -> Result<(), CertError> {
     let ok = (1..=MAX_DAYS).contains(&days);
     ok.then_some(()).ok_or(CertError::InvalidDays(days))
 }
@@ -503,5 +505,7 @@ fn certificate_pem(der: &[u8]) -> Result<String, CertError> {
     Ok(out)
 }
 
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

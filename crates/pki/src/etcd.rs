@@ -10,6 +10,9 @@
 //! its issuer byte for byte, as etcd (Go's `crypto/x509`) matches it — Cluster API's subjects
 //! are PrintableStrings. This module adds etcd's defaults and names the part of the Secret at
 //! fault.
+//!
+//! `client_tls`: the TLS material for one cluster's etcd ([`ClientTls`]), checked before any
+//! connection and built once into the rustls configuration every connection shares.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,6 +20,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 
 use crate::certs::{self, Ca};
+
+mod client_tls;
+
+pub use client_tls::{ClientTls, TlsError};
 
 /// The common name of quorumguard's etcd client certificates. etcd uses it as the user name
 /// only when etcd auth is enabled, which kubeadm does not do.
@@ -118,7 +125,7 @@ mod tests {
     use rustls::{CertificateError, RootCertStore};
 
     use crate::certs::CertError as E;
-    use crate::certs::tests::facts;
+    use crate::certs::testkit::facts;
 
     const CAPI_CA_CRT: &str = include_str!("testdata/capi-etcd-ca.crt");
     const CAPI_CA_KEY: &str = include_str!("testdata/capi-etcd-ca.key");

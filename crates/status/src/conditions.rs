@@ -11,8 +11,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::engine::quorum::{self, Tally};
-use crate::engine::{
+use quorumguard_engine::quorum::{self, Tally};
+use quorumguard_engine::{
     ActionCode, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology, Health, Machine, Member,
     Policy, next_action,
 };
@@ -323,7 +323,7 @@ impl Findings {
             }
             // NOSPACE makes no member unhealthy (raft keeps its quorum), but the cluster
             // refuses every write until space is freed: not a healthy etcd.
-            if m.alarms.contains(&crate::engine::Alarm::NoSpace) {
+            if m.alarms.contains(&quorumguard_engine::Alarm::NoSpace) {
                 f.unhealthy.push(format!(
                     "member {name} (id {}) raised a NOSPACE alarm: etcd refuses writes on every member until space is freed (quorum holds)",
                     m.id
@@ -397,7 +397,7 @@ fn table(cp: &ControlPlane, snapshot: &EtcdSnapshot, tally: &Tally, stale: bool)
         }
     }
     // A remediation that would not reach KCP: the table says so.
-    if let Some(gap) = crate::engine::remediation::gap(cp) {
+    if let Some(gap) = quorumguard_engine::remediation::gap(cp) {
         out.push('\n');
         out.push_str(&one_line(&gap));
     }

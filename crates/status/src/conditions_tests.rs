@@ -2,9 +2,9 @@
 use std::time::Duration;
 
 use super::*;
-use crate::engine::Alarm;
+use quorumguard_engine::Alarm;
 
-use crate::engine::testkit::{NOW, add_machine, down, healthy, members_mut};
+use quorumguard_engine::testkit::{NOW, add_machine, down, healthy, members_mut};
 
 /// Copied from the KCP v1beta2 CRD (`status.conditions[].reason.pattern`).
 const CRD_REASON_PATTERN: &str = "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
@@ -13,7 +13,7 @@ const CRD_REASON_PATTERN: &str = "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
 /// 1, 2, ...), with a 3 s old probe and the status fields the member table shows; the first
 /// member leads.
 fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
-    let mut c = crate::engine::testkit::cp(replicas, members);
+    let mut c = quorumguard_engine::testkit::cp(replicas, members);
     if let EtcdState::Observed(s) = &mut c.etcd {
         s.age = Some(Duration::from_secs(3));
     }
@@ -534,7 +534,7 @@ fn the_member_table_says_no_machine_health_check_covers_the_machines() {
     let [q, n] = conds(&c, None);
     assert!(!q.message.contains("MachineHealthCheck"), "{}", q.message);
     assert_cond(&n, "True", "RemediateMachine");
-    c.health_checks = crate::engine::HealthChecks::Known(Vec::new());
+    c.health_checks = quorumguard_engine::HealthChecks::Known(Vec::new());
     let [q, n] = conds(&c, None);
     has_line(
         &q.message,

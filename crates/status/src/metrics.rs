@@ -17,9 +17,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Unit;
 
-use crate::engine::quorum::{Tally, quorum};
-use crate::engine::rollout::{Preflight, Readiness, ReadyReason};
-use crate::telemetry::{DURATION_BUCKETS, Metrics};
+use quorumguard_engine::quorum::{Tally, quorum};
+use quorumguard_engine::rollout::{Preflight, Readiness, ReadyReason};
+use quorumguard_telemetry::{DURATION_BUCKETS, Metrics};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClusterLabels {
@@ -102,7 +102,7 @@ pub struct ClusterFigures {
     pub learners: usize,
 }
 
-/// The `verdict` label of `rollout_ready`: what [`crate::engine::rollout::preflight`] predicts for
+/// The `verdict` label of `rollout_ready`: what [`quorumguard_engine::rollout::preflight`] predicts for
 /// the rollout a `spec.version` change would start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RolloutVerdict {

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::*;
-use crate::capi;
-use crate::engine::{Health, Member, Policy};
-use crate::state::{ClusterState, Kind, Object};
-use crate::status::publish::rollouts;
+use crate::publish::rollouts;
+use quorumguard_engine::{Health, Member, Policy};
+use quorumguard_observe::capi;
+use quorumguard_observe::state::{ClusterState, Kind, Object};
 
 fn kcp(name: &str, cluster: &str) -> Object {
     Object::Kcp(
@@ -80,7 +80,7 @@ fn probe(s: &ClusterState, down: &[&str]) {
 
 /// One enricher round's prediction, recorded; the exported `rollout_*` lines.
 fn sweep(s: &ClusterState, m: &EnricherMetrics, metrics: &Metrics) -> Vec<String> {
-    let predicted = rollouts(s, &Policy::default(), crate::unix_now());
+    let predicted = rollouts(s, &Policy::default(), quorumguard_observe::unix_now());
     m.observe_rollouts(&predicted, Duration::from_micros(50));
     metrics
         .encode()

@@ -36,11 +36,11 @@ use kube::api::{Api, DynamicObject, PostParams};
 
 use super::conditions::{conditions, lacks_room, merge};
 use super::metrics::{EnricherMetrics, WriteResult};
-use crate::engine::Policy;
 use crate::lease::Leadership;
-use crate::state::{ClusterState, Key, Kind, Lookup, watch::api_resource};
 use document::{existing_conditions, set_conditions};
 use fingerprint::fingerprint;
+use quorumguard_engine::Policy;
+use quorumguard_observe::state::{ClusterState, Key, Kind, Lookup, watch::api_resource};
 
 pub use enricher::{enrich, figures, rollouts};
 
@@ -259,7 +259,7 @@ impl Publisher {
         }
         let probe_error = self.state.probe_error(namespace, &cp.cluster.name);
         let generation = self.state.kcp_generation(namespace, name);
-        let now_unix = crate::unix_now();
+        let now_unix = quorumguard_observe::unix_now();
         let fingerprint = fingerprint(
             &cp,
             &self.policy,

@@ -18,7 +18,7 @@ use kube::core::admission::Operation;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use crate::capi::ObjectParts;
+use quorumguard_observe::capi::ObjectParts;
 
 /// A JSON string borrowed from the body, or owned when it had to be unescaped.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -167,8 +167,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for UserInfo<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capi::tests::review as fixture;
     use kube::core::admission::AdmissionRequest as KubeRequest;
+    use quorumguard_observe::capi::testkit::review as fixture;
     use serde_json::{Value, json};
 
     /// Every field of the request, and some inside it, set to every kind of JSON value or removed:

@@ -8,7 +8,7 @@ use super::{
     CA_CERT_FILE, CA_KEY_FILE, CERT_FILE, CLIENT_CA_CERT_FILE, CLIENT_CA_KEY_FILE,
     CLIENT_CERT_FILE, CLIENT_KEY_FILE, KEY_FILE,
 };
-use crate::certs::{self, Ca, CertError, format_time};
+use quorumguard_pki::certs::{self, Ca, CertError, format_time};
 
 /// How to give `--ca-key` as PKCS#8.
 const PKCS8_HINT: &str = "A PKCS#8 key (`-----BEGIN PRIVATE KEY-----`, ECDSA P-256/P-384, \

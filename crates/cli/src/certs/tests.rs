@@ -11,7 +11,7 @@ use k8s_openapi::ByteString;
 use rcgen::{KeyPair, PublicKeyData};
 use serde_json::{Value, json};
 
-use crate::certs::tests::{DAY, NOW, TempDir, facts};
+use quorumguard_pki::certs::testkit::{DAY, NOW, TempDir, facts};
 
 fn request() -> Request {
     Request {

@@ -8,9 +8,9 @@ use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 
 use super::*;
-use crate::dumps::{DumpTexts, assemble};
-use crate::engine::ActionCode;
-use crate::engine::next_action::FREE_SPACE_COMMAND;
+use quorumguard_engine::ActionCode;
+use quorumguard_engine::next_action::FREE_SPACE_COMMAND;
+use quorumguard_observe::dumps::{DumpTexts, assemble};
 
 const M4: &str = "demo-control-plane-r2d5v";
 /// cp-node-4's member ID (hex) in every etcd fixture.

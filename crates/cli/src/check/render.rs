@@ -219,7 +219,7 @@ pub fn render_quorum(r: &Report, members: bool) -> String {
         q.voting,
         q.healthy,
         q.quorum,
-        crate::engine::quorum::tolerance_words(q.voting, q.healthy, q.unknown),
+        quorumguard_engine::quorum::tolerance_words(q.voting, q.healthy, q.unknown),
         q.unhealthy,
         q.unknown,
         q.learners,

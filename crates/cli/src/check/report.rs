@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use super::WhatIf;
-use crate::engine::quorum::{Tally, quorum, tolerance};
-use crate::engine::{
+use quorumguard_engine::quorum::{Tally, quorum, tolerance};
+use quorumguard_engine::{
     ControlPlane, EtcdState, EtcdTopology, Figures, Health, Member, NextAction, Requester, Verdict,
 };
 
@@ -71,7 +71,7 @@ pub struct Report {
     /// known.
     pub etcd_unknown: Option<String>,
     /// Which check etcd makes before it adds a member, by the etcd version the voting members
-    /// report ([`crate::engine::etcd_version::add_member_rule`]); `None` (null) without a member
+    /// report ([`quorumguard_engine::etcd_version::add_member_rule`]); `None` (null) without a member
     /// list.
     pub member_add: Option<String>,
     pub verdicts: Vec<VerdictOut>,
@@ -300,8 +300,8 @@ impl Report {
                 cluster_deleting: cp.cluster.deleting,
                 etcd_learner_mode: cp.kcp.etcd_learner_mode,
                 joins: match cp.join_style() {
-                    crate::engine::JoinStyle::Learner => "Learner",
-                    crate::engine::JoinStyle::Voting => "Voting",
+                    quorumguard_engine::JoinStyle::Learner => "Learner",
+                    quorumguard_engine::JoinStyle::Voting => "Voting",
                 },
                 joins_because: cp.joins().to_string(),
             },
@@ -325,7 +325,7 @@ impl Report {
             }),
             member_add: etcd_unknown
                 .is_none()
-                .then(|| crate::engine::etcd_version::add_member_rule(members).describe()),
+                .then(|| quorumguard_engine::etcd_version::add_member_rule(members).describe()),
             etcd_unknown,
             verdicts,
             next_action: NextActionOut::from(next),

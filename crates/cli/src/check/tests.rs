@@ -1,4 +1,4 @@
-//! The unit tests of [`crate::cli::check`]: what-if and time arguments, sizes.
+//! The unit tests of [`crate::check`]: what-if and time arguments, sizes.
 
 use super::render::human_bytes;
 use super::*;

@@ -6,14 +6,14 @@ use std::io::{IsTerminal, Write};
 use anyhow::bail;
 
 use super::{ControlPlanePreflight, PreflightArgs, PreflightReport};
-use crate::cli::check::Format;
-use crate::cli::status::mgmt::Scope;
-pub(super) use crate::cli::status::select::select_kcps as select;
-use crate::cli::status::select::{scope_of, scope_words, shown};
-use crate::cli::status::{connect, probe};
-use crate::engine::Policy;
-use crate::engine::rollout::{self, Preflight};
-use crate::state::Key;
+use crate::check::Format;
+use crate::status::mgmt::Scope;
+pub(super) use crate::status::select::select_kcps as select;
+use crate::status::select::{scope_of, scope_words, shown};
+use crate::status::{connect, probe};
+use quorumguard_engine::Policy;
+use quorumguard_engine::rollout::{self, Preflight};
+use quorumguard_observe::state::Key;
 
 /// Lists, probes and predicts. Errors (exit 2): the API server, an unknown `--kcp`, no
 /// KubeadmControlPlane in scope, `--steps` without exactly one control plane.

@@ -2,7 +2,7 @@
 //! table of one control plane's steps.
 
 use super::{ControlPlanePreflight, CountsOut, PreflightReport};
-use crate::cli::check::table;
+use crate::check::table;
 
 /// One line per control plane, `NAMESPACE/NAME  <summary>`, names padded to one width, each
 /// followed by an indented `next: <next action>`.
@@ -68,7 +68,7 @@ fn steps_table(c: &ControlPlanePreflight, start: CountsOut) -> String {
         vec![
             format!("{}/{}/{}", k.voting, k.healthy, k.learners),
             k.quorum.to_string(),
-            crate::cli::check::tolerance_cell(k.fault_tolerance),
+            crate::check::tolerance_cell(k.fault_tolerance),
         ]
     };
     let dash = || "-".to_string();

@@ -3,10 +3,10 @@
 
 use serde::Serialize;
 
-use crate::cli::check::NextActionOut;
-use crate::cli::status::ProbeOut;
-use crate::engine::ControlPlane;
-use crate::engine::rollout::{Counts, OneFailure, Preflight, Readiness, RolloutStep};
+use crate::check::NextActionOut;
+use crate::status::ProbeOut;
+use quorumguard_engine::ControlPlane;
+use quorumguard_engine::rollout::{Counts, OneFailure, Preflight, Readiness, RolloutStep};
 
 /// The schema identifier of [`PreflightReport`].
 pub const SCHEMA: &str = "quorumguard.io/preflight/v1";

@@ -5,14 +5,14 @@ use serde_json::Value;
 
 use super::online::{select, steps_need_one};
 use super::*;
-use crate::cli::status::mgmt::{Listed, Scope};
-use crate::engine::testkit::*;
-use crate::engine::{ControlPlane, EtcdState, Health, Policy};
+use crate::status::mgmt::{Listed, Scope};
+use quorumguard_engine::testkit::*;
+use quorumguard_engine::{ControlPlane, EtcdState, Health, Policy};
 
 /// Control planes that join learners, as KCP's kubeadm does by default since v1.29 (the
 /// engine's own tests play voting joins too).
 fn cp(replicas: u32, members: &[(&str, Health)]) -> ControlPlane {
-    let mut c = crate::engine::testkit::cp(replicas, members);
+    let mut c = quorumguard_engine::testkit::cp(replicas, members);
     c.kcp.version = Some("v1.32.0".into());
     c
 }
@@ -234,7 +234,7 @@ fn listed(keys: &[(&str, &str)]) -> Listed {
     let kcps = keys
         .iter()
         .map(|(ns, name)| {
-            crate::capi::parse_kcp(&serde_json::json!({
+            quorumguard_observe::capi::parse_kcp(&serde_json::json!({
                 "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
                 "kind": "KubeadmControlPlane",
                 "metadata": {"name": name, "namespace": ns},

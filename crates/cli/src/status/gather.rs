@@ -12,12 +12,12 @@ use super::select::{choose, scope_of};
 use super::{
     ControlPlaneStatus, ProbeArgs, ProbeOut, ProbeResult, SCHEMA, StatusArgs, StatusReport,
 };
-use crate::cli::check::Report;
-use crate::engine::{Confirmation, ControlPlane, EtcdState, EtcdTopology, next_action};
-use crate::etcd::TransportKind;
-use crate::etcd::sweep::{Probers, SweepConfig, sweep_once};
-use crate::state::{ClusterState, Key, Kind, Object};
-use crate::status::conditions;
+use crate::check::Report;
+use quorumguard_engine::{Confirmation, ControlPlane, EtcdState, EtcdTopology, next_action};
+use quorumguard_observe::etcd::TransportKind;
+use quorumguard_observe::etcd::sweep::{Probers, SweepConfig, sweep_once};
+use quorumguard_observe::state::{ClusterState, Key, Kind, Object};
+use quorumguard_status::conditions;
 
 /// Lists, probes and reports.
 pub(super) async fn gather(args: &StatusArgs) -> anyhow::Result<StatusReport> {
@@ -37,7 +37,7 @@ pub(super) async fn gather(args: &StatusArgs) -> anyhow::Result<StatusReport> {
     .await?;
     let probed = probe(&mgmt, listed, &selected, &args.probe, None).await;
     let policy = args.grace.policy();
-    let now_unix = crate::cli::now_unix()?;
+    let now_unix = crate::now_unix()?;
     let state = &probed.state;
     let mut control_planes = Vec::with_capacity(selected.len());
     for (ns, name) in &selected {
@@ -71,7 +71,7 @@ pub(super) async fn gather(args: &StatusArgs) -> anyhow::Result<StatusReport> {
 
 /// The management cluster's client, and the namespace its kubeconfig context names (else
 /// "default"), as kubectl takes it.
-pub(in crate::cli) async fn connect(args: &ProbeArgs) -> anyhow::Result<(Mgmt, String)> {
+pub(crate) async fn connect(args: &ProbeArgs) -> anyhow::Result<(Mgmt, String)> {
     let config = kube_config(args).await?;
     let server = config.cluster_url.to_string();
     let namespace = config.default_namespace.clone();
@@ -87,27 +87,23 @@ pub(in crate::cli) async fn connect(args: &ProbeArgs) -> anyhow::Result<(Mgmt, S
 
 /// What one probe of the chosen control planes found: the caches with their objects and the
 /// probes' outcomes, and what could not be read.
-pub(in crate::cli) struct Probed {
-    pub(in crate::cli) state: ClusterState,
-    pub(in crate::cli) listed: Listed,
-    pub(in crate::cli) warnings: Vec<String>,
+pub(crate) struct Probed {
+    pub(crate) state: ClusterState,
+    pub(crate) listed: Listed,
+    pub(crate) warnings: Vec<String>,
     now: Instant,
 }
 
 impl Probed {
     /// The control plane of KCP `ns/name` as the lists and the probe saw it.
-    pub(in crate::cli) fn control_plane(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> anyhow::Result<ControlPlane> {
+    pub(crate) fn control_plane(&self, ns: &str, name: &str) -> anyhow::Result<ControlPlane> {
         self.state.control_plane(ns, name, self.now).map_err(|e| {
             anyhow!("KubeadmControlPlane {ns}/{name} vanished from the listed objects ({e:?})")
         })
     }
 
     /// How the etcd of `cp` was probed, for the reports.
-    pub(in crate::cli) fn probe_out(&self, cp: &ControlPlane, args: &ProbeArgs) -> ProbeOut {
+    pub(crate) fn probe_out(&self, cp: &ControlPlane, args: &ProbeArgs) -> ProbeOut {
         let ns = &cp.kcp.namespace;
         let cluster = &cp.cluster.name;
         let probe_error = self.state.probe_error(ns, cluster);
@@ -151,7 +147,7 @@ impl Probed {
 /// Puts the `selected` control planes of what was listed into a [`ClusterState`] and probes
 /// their etcd with one [`sweep_once`], as `serve`'s sweep does. `progress` is told (probed,
 /// of) every few hundred milliseconds while the probes run.
-pub(in crate::cli) async fn probe(
+pub(crate) async fn probe(
     mgmt: &Mgmt,
     listed: Listed,
     selected: &[Key],

@@ -11,13 +11,13 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 
 use super::ProbeArgs;
-use crate::capi::{CapiCluster, CapiHealthCheck, CapiKcp, CapiMachine};
-use crate::engine::LABEL_CONTROL_PLANE;
-use crate::etcd::ETCD_TRANSPORT_ANNOTATION;
-use crate::state::{Key, Kind, Object, watch};
+use quorumguard_engine::LABEL_CONTROL_PLANE;
+use quorumguard_observe::capi::{CapiCluster, CapiHealthCheck, CapiKcp, CapiMachine};
+use quorumguard_observe::etcd::ETCD_TRANSPORT_ANNOTATION;
+use quorumguard_observe::state::{Key, Kind, Object, watch};
 
 /// The management cluster's client configuration, found as kubectl finds it.
-pub(in crate::cli) async fn kube_config(args: &ProbeArgs) -> anyhow::Result<kube::Config> {
+pub(crate) async fn kube_config(args: &ProbeArgs) -> anyhow::Result<kube::Config> {
     let options = KubeConfigOptions {
         context: args.context.clone(),
         ..Default::default()
@@ -49,36 +49,36 @@ pub(in crate::cli) async fn kube_config(args: &ProbeArgs) -> anyhow::Result<kube
 
 /// Where to list: one namespace, or all.
 #[derive(Clone, Debug)]
-pub(in crate::cli) enum Scope {
+pub(crate) enum Scope {
     Namespace(String),
     All,
 }
 
 /// What the three lists gave, converted.
 #[derive(Default)]
-pub(in crate::cli) struct Listed {
-    pub(in crate::cli) clusters: Vec<CapiCluster>,
-    pub(in crate::cli) kcps: Vec<CapiKcp>,
-    pub(in crate::cli) machines: Vec<CapiMachine>,
+pub(crate) struct Listed {
+    pub(crate) clusters: Vec<CapiCluster>,
+    pub(crate) kcps: Vec<CapiKcp>,
+    pub(crate) machines: Vec<CapiMachine>,
     /// The MachineHealthChecks, unless listing them failed: then `health_checks_error` says
     /// why, and whether a remediation can happen is not known (never "none").
-    pub(in crate::cli) health_checks: Vec<CapiHealthCheck>,
-    pub(in crate::cli) health_checks_error: Option<String>,
+    pub(crate) health_checks: Vec<CapiHealthCheck>,
+    pub(crate) health_checks_error: Option<String>,
     /// Cluster key -> its `quorumguard.io/etcd-transport` annotation, as written.
-    pub(in crate::cli) transports: BTreeMap<Key, String>,
-    pub(in crate::cli) warnings: Vec<String>,
+    pub(crate) transports: BTreeMap<Key, String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Everything the API server is asked, with its URL for messages and a bound on each call.
-pub(in crate::cli) struct Mgmt {
-    pub(in crate::cli) client: Client,
-    pub(in crate::cli) server: String,
-    pub(in crate::cli) timeout: Duration,
+pub(crate) struct Mgmt {
+    pub(crate) client: Client,
+    pub(crate) server: String,
+    pub(crate) timeout: Duration,
 }
 
 impl Mgmt {
     /// Lists one kind (control-plane Machines only) in `scope`.
-    pub(in crate::cli) async fn list(
+    pub(crate) async fn list(
         &self,
         kind: Kind,
         scope: &Scope,
@@ -138,7 +138,7 @@ impl Mgmt {
     /// Lists the three kinds and converts them as the watch does; then the
     /// MachineHealthChecks, whose list may fail without failing the rest (the next action then
     /// says their coverage is not known).
-    pub(in crate::cli) async fn list_all(&self, scope: &Scope) -> anyhow::Result<Listed> {
+    pub(crate) async fn list_all(&self, scope: &Scope) -> anyhow::Result<Listed> {
         let (clusters, kcps, machines) = futures::try_join!(
             self.list(Kind::Cluster, scope),
             self.list(Kind::Kcp, scope),
@@ -184,11 +184,7 @@ impl Mgmt {
 
     /// Says what is wrong when a probe failed because of the `<cluster>-etcd` Secret: missing or
     /// unreadable. `None` when the Secret is readable (the probe's own error then stands).
-    pub(in crate::cli) async fn explain_secret(
-        &self,
-        namespace: &str,
-        cluster: &str,
-    ) -> Option<String> {
+    pub(crate) async fn explain_secret(&self, namespace: &str, cluster: &str) -> Option<String> {
         let name = format!("{cluster}-etcd");
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         match tokio::time::timeout(self.timeout, secrets.get_opt(&name)).await {

@@ -2,8 +2,8 @@
 //! control planes, then each as `check` prints it, with its probe and etcd condition.
 
 use super::{ControlPlaneStatus, ProbeResult, StatusReport};
-use crate::cli::check;
-use crate::status::conditions;
+use crate::check;
+use quorumguard_status::conditions;
 
 /// The human-readable view: with several control planes, a summary table first; then each
 /// control plane as `check` prints it (header, member table, quorum, next action), with the

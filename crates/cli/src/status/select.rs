@@ -7,8 +7,8 @@ use kube::ResourceExt;
 
 use super::SelectArgs;
 use super::mgmt::{Listed, Mgmt, Scope};
-use crate::capi::CapiKcp;
-use crate::state::{Key, Kind};
+use quorumguard_observe::capi::CapiKcp;
+use quorumguard_observe::state::{Key, Kind};
 
 /// Why [`select`] found nothing to show.
 pub(super) enum Unselected {
@@ -170,7 +170,7 @@ pub(super) async fn clusters_elsewhere(mgmt: &Mgmt) -> Option<Vec<String>> {
 /// Where to list, and the KubeadmControlPlane name asked for (`--kcp`), from the selection flags
 /// and the namespace of the kubeconfig's context (kubectl's default): `--kcp NAMESPACE/NAME`
 /// names its namespace, else `-n`, else `-A` for every namespace, else the context's.
-pub(in crate::cli) fn scope_of(
+pub(crate) fn scope_of(
     select: &SelectArgs,
     context_namespace: String,
 ) -> anyhow::Result<(Scope, Option<String>)> {
@@ -204,7 +204,7 @@ pub(in crate::cli) fn scope_of(
     Ok((scope, name))
 }
 
-pub(in crate::cli) fn scope_words(scope: &Scope) -> String {
+pub(crate) fn scope_words(scope: &Scope) -> String {
     match scope {
         Scope::Namespace(ns) => format!("namespace {ns}"),
         Scope::All => "any namespace".into(),
@@ -213,7 +213,7 @@ pub(in crate::cli) fn scope_words(scope: &Scope) -> String {
 
 /// The KubeadmControlPlanes in scope named `name` (all of them without a name), sorted. None is
 /// an error: a gate that matched nothing must not pass for one that found nothing wrong.
-pub(in crate::cli) fn select_kcps(
+pub(crate) fn select_kcps(
     listed: &Listed,
     name: Option<&str>,
     scope: &Scope,
@@ -246,7 +246,7 @@ pub(in crate::cli) fn select_kcps(
 }
 
 /// The message for a scope without a KubeadmControlPlane.
-pub(in crate::cli) fn none_matched(scope: &Scope) -> String {
+pub(crate) fn none_matched(scope: &Scope) -> String {
     match scope {
         Scope::Namespace(ns) => format!(
             "no KubeadmControlPlane matched: there is none in namespace {ns}. Choose the namespace \
@@ -259,7 +259,7 @@ pub(in crate::cli) fn none_matched(scope: &Scope) -> String {
 }
 
 /// `ns/name, ns/name, ...`, at most 20, then how many more.
-pub(in crate::cli) fn shown(keys: &[Key]) -> String {
+pub(crate) fn shown(keys: &[Key]) -> String {
     const SHOWN: usize = 20;
     let mut s: Vec<String> = keys
         .iter()

@@ -2,8 +2,8 @@
 
 use super::mgmt::{Listed, Scope};
 use super::select::{Unselected, select, unknown_cluster};
-use crate::capi::{self, CapiCluster, CapiKcp};
-use crate::state::Key;
+use quorumguard_observe::capi::{self, CapiCluster, CapiKcp};
+use quorumguard_observe::state::Key;
 use serde_json::json;
 
 fn cluster(ns: &str, name: &str, kcp: Option<&str>) -> CapiCluster {

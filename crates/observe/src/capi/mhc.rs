@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::fields::{at, check_type, invalid, json_type};
 use super::{ApiVersion, CapiError, CapiMachine, GROUP_CLUSTER, ObjectRef};
-use crate::engine::{HealthCheck, HealthCheckCounts, LABEL_CLUSTER_NAME, Limit, Trigger};
+use quorumguard_engine::{HealthCheck, HealthCheckCounts, LABEL_CLUSTER_NAME, Limit, Trigger};
 
 /// Kind of a MachineHealthCheck.
 pub const KIND_MHC: &str = "MachineHealthCheck";

@@ -14,7 +14,7 @@ use super::{
     ANNOTATION_ETCD_ENDPOINTS, ANNOTATION_ETCD_TRANSPORT, ApiVersion, CapiError, GROUP_CLUSTER,
     GROUP_CONTROL_PLANE, KIND_CLUSTER, KIND_KCP, KIND_MACHINE, ObjectParts, ObjectRef, split_type,
 };
-use crate::engine::{
+use quorumguard_engine::{
     Cluster, EtcdTopology, Kcp, LABEL_CLUSTER_NAME, LABEL_CONTROL_PLANE, LABEL_CONTROL_PLANE_NAME,
     Machine,
 };
@@ -207,7 +207,7 @@ struct KubeadmEtcd {
     /// `etcd.external` is set (not null).
     external: bool,
     /// `featureGates.EtcdLearnerMode`, where set: with `spec.version` it decides whether a
-    /// join adds a learner or a voting member (`crate::engine::joins`).
+    /// join adds a learner or a voting member (`quorumguard_engine::joins`).
     learner_mode: Option<bool>,
 }
 

@@ -1,19 +1,10 @@
 //! The unit tests of [`crate::capi`]: parsing per kind and version, and the fixtures' reviews.
 
+use super::testkit::review;
 use super::*;
-use crate::engine::{ANNOTATION_DELETE_MACHINE, EtcdTopology};
+use quorumguard_engine::{ANNOTATION_DELETE_MACHINE, EtcdTopology};
 use serde::Deserialize;
 use serde_json::json;
-
-/// One review of tests/fixtures/admission-reviews/, parsed.
-pub(crate) fn review(name: &str) -> Value {
-    let path = format!(
-        "{}/../../tests/fixtures/admission-reviews/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&path).expect("fixture readable");
-    serde_json::from_str(&text).expect("fixture is JSON")
-}
 
 fn parts(v: &Value) -> ObjectParts {
     ObjectParts::deserialize(v).expect("parts")

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use thiserror::Error;
 
-use crate::engine::{Alarm, EtcdSnapshot, Health, Member, MemberId};
+use quorumguard_engine::{Alarm, EtcdSnapshot, Health, Member, MemberId};
 
 /// Problems with one etcdctl output; the caller adds the file name.
 #[derive(Debug, Error)]

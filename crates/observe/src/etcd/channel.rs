@@ -79,7 +79,7 @@ pub enum ChannelError {
 }
 
 /// An error and its causes, joined with ": ", leaving out a cause whose text is already said.
-pub(crate) fn chain(e: &(dyn StdError + 'static)) -> String {
+pub fn chain(e: &(dyn StdError + 'static)) -> String {
     let mut text = e.to_string();
     append_causes(&mut text, e.source());
     text

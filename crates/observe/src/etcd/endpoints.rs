@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::portforward::{PortForward, PortForwardError};
-use crate::engine::model::Member;
+use quorumguard_engine::model::Member;
 
 /// Cluster annotation overriding the etcd endpoints: comma-separated URLs. For clusters whose
 /// Machine addresses are not reachable from the management cluster (a NAT, a load balancer in

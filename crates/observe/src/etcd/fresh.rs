@@ -3,9 +3,9 @@
 //!
 //! When the cached judgement would allow an operation whose safety depends on etcd (a deletion
 //! of a Machine that holds a voting member, a replica change: see
-//! [`Reason::allow_rests_on_etcd`](crate::engine::Reason::allow_rests_on_etcd)), the webhook asks
+//! [`Reason::allow_rests_on_etcd`](quorumguard_engine::Reason::allow_rests_on_etcd)), the webhook asks
 //! [`FreshProbes::probe`] for the cluster's etcd as it is now and judges again on it
-//! ([`crate::engine::fresh_view`]). What this module guarantees:
+//! ([`quorumguard_engine::fresh_view`]). What this module guarantees:
 //!
 //! - **Fresh**: a review is only ever given a probe that started after the review arrived (or one
 //!   that had not started yet when the review joined it).
@@ -42,9 +42,9 @@ use prometheus_client::metrics::{counter::Counter, family::Family};
 use tokio::sync::watch;
 
 use super::sweep::{Probers, SweepConfig, probe_cluster};
-use crate::engine::Member;
 use crate::state::{ClusterState, Key, ProbeTarget};
-use crate::telemetry::Metrics;
+use quorumguard_engine::Member;
+use quorumguard_telemetry::Metrics;
 
 /// The least time between the starts of two fresh probes of one cluster that overlap.
 pub const MIN_GAP: Duration = Duration::from_millis(50);
@@ -58,7 +58,7 @@ pub fn probe_deadline(timeout: Duration) -> Duration {
 /// What a fresh probe gave a review.
 #[derive(Clone, Debug)]
 pub enum Fresh {
-    /// The members as the probe saw them (before [`crate::engine::fresh_view`]).
+    /// The members as the probe saw them (before [`quorumguard_engine::fresh_view`]).
     Members(Vec<Member>),
     /// The probe failed (no member list): why.
     Failed(String),

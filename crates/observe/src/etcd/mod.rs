@@ -11,9 +11,11 @@
 //!   asked in parallel under one deadline, turned into the engine's [`Member`]s.
 //! - [`sweep`]: probe every cluster on a timer and hand the results to the webhook's state.
 //!
-//! [`Member`]: crate::engine::model::Member
+//! [`Member`]: quorumguard_engine::model::Member
 
-pub mod certs;
+/// Client certificates for etcd, signed with the cluster's etcd CA: the `quorumguard-pki` crate's
+/// [`quorumguard_pki::etcd`], under the name this module has always had.
+pub use quorumguard_pki::etcd as certs;
 pub mod channel;
 pub mod endpoints;
 pub mod fresh;

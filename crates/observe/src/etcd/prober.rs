@@ -34,9 +34,8 @@
 //!   transport knows why a connection failed (the API server refused the port-forward: "404 pods
 //!   \"etcd-x\" not found"), that is the error reported, not etcd-client's "connection closed".
 //!
-//! The parts, one file each under `prober/`:
-//! - `client_tls`: the cluster's TLS material and the rustls configuration built from it
-//!   ([`ClientTls`], [`TlsError`]);
+//! The parts, one file each under `prober/` (the cluster's TLS material and the rustls
+//! configuration built from it, [`ClientTls`] and [`TlsError`], are `quorumguard-pki`'s):
 //! - `clients`: the client kept per endpoint, dialled under the deadline, and what a failed call
 //!   says;
 //! - `member`: one member's status and linearizable read, judged into its [`Member`];
@@ -45,7 +44,6 @@
 //!   into a [`Probe`].
 
 mod alarms;
-mod client_tls;
 mod clients;
 mod member;
 
@@ -61,12 +59,14 @@ use thiserror::Error;
 use tokio::time::{Instant, sleep_until};
 
 use super::endpoints::Transport;
-use crate::engine::model::{Alarm, Member};
 use alarms::{alarm_of, attach_alarms, parse_alarm};
 use clients::{Kept, call, with_hint};
 use member::apply;
+use quorumguard_engine::model::{Alarm, Member};
 
-pub use client_tls::{ClientTls, TlsError};
+/// The cluster's TLS material and its rustls configuration live with every other certificate, in
+/// `quorumguard-pki`.
+pub use quorumguard_pki::etcd::{ClientTls, TlsError};
 
 /// The share of the deadline the member list may take, at most: the rest is left to the
 /// members' status and health, which run in parallel.

@@ -1,6 +1,7 @@
 //! The sweep: probe the etcd of every workload cluster with stacked etcd and put
 //! the result where the webhook reads it ([`ClusterState::set_health`]). The loop that runs it every
-//! `interval` (and publishes KCP status after it) is [`crate::status::publish::enrich`].
+//! `interval` (and publishes KCP status after it) is the status enricher's (the
+//! `quorumguard-status` crate, `publish::enrich`), which sits above this crate.
 //!
 //! Each replica sweeps on its own, so each webhook replica decides on fresh data. Clusters are
 //! probed with bounded concurrency; each probe ends by its deadline whatever etcd does, so one
@@ -29,8 +30,8 @@ use kube::{Api, Client};
 use super::endpoints::{Transport, TransportKind};
 use super::portforward::{self, PortForward};
 use super::prober::{ClientTls, Probe, Prober};
-use crate::engine::Confirmation;
 use crate::state::{ClusterState, Key, ProbeTarget};
+use quorumguard_engine::Confirmation;
 
 /// How often and how hard to probe.
 #[derive(Clone, Debug)]
@@ -51,7 +52,7 @@ pub struct SweepConfig {
     pub secret_refresh: Duration,
     /// When a probe shows a change for the worse that no earlier probe confirms (or no leader),
     /// the cluster is probed again after etcd's election timeout before anything is believed
-    /// (see [`crate::engine::confirm`]).
+    /// (see [`quorumguard_engine::confirm`]).
     pub confirmation: Confirmation,
     /// The longest an admission review waits for a fresh probe of its cluster before an allow
     /// that rests on etcd (see [`super::fresh`]); the fresh probe's own deadline is three

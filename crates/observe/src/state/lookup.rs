@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{ClusterState, Key, Kind};
 use crate::capi::{CapiMachine, health_checks_of};
-use crate::engine::{Cluster, ControlPlane, EtcdState, HealthChecks};
+use quorumguard_engine::{Cluster, ControlPlane, EtcdState, HealthChecks};
 
 /// One workload cluster whose etcd the prober should read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,7 +182,7 @@ fn target_of(
     key: &Key,
     k: &crate::capi::CapiKcp,
 ) -> Option<ProbeTarget> {
-    if k.kcp.etcd != crate::engine::EtcdTopology::Stacked {
+    if k.kcp.etcd != quorumguard_engine::EtcdTopology::Stacked {
         return None;
     }
     let machines: Vec<&CapiMachine> = idx

@@ -21,9 +21,9 @@ use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use crate::capi::{CapiCluster, CapiHealthCheck, CapiKcp, CapiMachine};
-use crate::engine::Belief;
 use index::{Index, key_of};
 use probes::Origin;
+use quorumguard_engine::Belief;
 
 pub use lookup::{Lookup, ProbeTarget};
 pub use probes::{HealthEntry, ProbeTiming};

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::{ClusterState, Key};
-use crate::engine::{Confirmation, EtcdSnapshot, EtcdState, Member};
+use quorumguard_engine::{Confirmation, EtcdSnapshot, EtcdState, Member};
 
 /// The latest etcd probe of one workload cluster.
 #[derive(Clone, Debug)]
@@ -59,7 +59,7 @@ impl ClusterState {
     }
 
     /// Records a probe of the etcd of Cluster `namespace/name` as far as it is believed (see
-    /// [`crate::engine::confirm`]): findings for the worse that no earlier probe confirms are
+    /// [`quorumguard_engine::confirm`]): findings for the worse that no earlier probe confirms are
     /// recorded as unconfirmed, and a changed member list only once a second probe lists it
     /// too. Returns when to probe again to confirm what is pending, if anything is.
     pub fn observe_probe(
@@ -98,7 +98,7 @@ impl ClusterState {
 
     /// The members recorded for Cluster `namespace/name` from its latest successful probe, as
     /// far as they are believed (empty before the first): what a fresh probe is judged
-    /// against ([`crate::engine::fresh_view`]).
+    /// against ([`quorumguard_engine::fresh_view`]).
     pub fn recorded_members(&self, namespace: &str, cluster: &str) -> Vec<Member> {
         self.health
             .read()
@@ -199,7 +199,7 @@ impl ClusterState {
             let Some(k) = idx.kcps.get(&key) else {
                 return false;
             };
-            if k.kcp.etcd != crate::engine::EtcdTopology::Stacked {
+            if k.kcp.etcd != quorumguard_engine::EtcdTopology::Stacked {
                 return false;
             }
             match idx.cluster_of(&key, k) {
@@ -252,7 +252,7 @@ impl ClusterState {
             // snapshot's health (or alarms, or leader) as current until a probe succeeds, except
             // bad news: a member confirmed unhealthy stays so until a probe sees it healthy.
             let members = if failed.is_some() {
-                crate::engine::failed_view(&h.members)
+                quorumguard_engine::failed_view(&h.members)
             } else {
                 h.members.clone()
             };

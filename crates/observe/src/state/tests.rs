@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::capi;
-use crate::engine::{EtcdState, Member};
+use quorumguard_engine::{EtcdState, Member};
 use serde_json::json;
 use std::time::Instant;
 
@@ -88,7 +88,7 @@ fn control_plane_from_the_index_and_health() {
 
 #[test]
 fn a_failed_probe_makes_the_last_snapshot_health_unknown_but_keeps_bad_news() {
-    use crate::engine::{Alarm, Health};
+    use quorumguard_engine::{Alarm, Health};
     let s = synced_state();
     let mut m = Member::new(1, "m1");
     m.health = Health::Healthy;
@@ -173,7 +173,7 @@ fn probe_targets_one_per_cluster_with_addresses() {
 
 #[test]
 fn a_member_confirmed_down_stays_down_through_a_failed_probe() {
-    use crate::engine::{Confirmation, Health};
+    use quorumguard_engine::{Confirmation, Health};
     let s = synced_state();
     let c = Confirmation::default();
     let t0 = Instant::now();
@@ -213,7 +213,7 @@ fn a_member_confirmed_down_stays_down_through_a_failed_probe() {
 
 #[test]
 fn a_removed_member_never_counts_healthy_while_its_removal_awaits_confirmation() {
-    use crate::engine::{Confirmation, Health};
+    use quorumguard_engine::{Confirmation, Health};
     let s = synced_state();
     let c = Confirmation::default();
     let t0 = Instant::now();

@@ -13,7 +13,7 @@ use kube::{Api, Client, ResourceExt};
 
 use super::{ClusterState, Kind, Object};
 use crate::capi;
-use crate::engine::LABEL_CONTROL_PLANE;
+use quorumguard_engine::LABEL_CONTROL_PLANE;
 
 /// The API resource of a watched kind (v1beta2, the storage version).
 pub fn api_resource(kind: Kind) -> ApiResource {
@@ -28,7 +28,7 @@ pub fn api_resource(kind: Kind) -> ApiResource {
 
 /// A listed or watched object of `kind`, converted to what [`ClusterState`] holds. Shared with
 /// `quorumguard status`, which lists once instead of watching, so both read objects alike.
-pub(crate) fn convert(kind: Kind, o: &DynamicObject) -> Result<Object, String> {
+pub fn convert(kind: Kind, o: &DynamicObject) -> Result<Object, String> {
     let v = serde_json::to_value(o).map_err(|e| e.to_string())?;
     match kind {
         Kind::Cluster => capi::parse_cluster(&v).map(Object::Cluster),

@@ -1,13 +1,10 @@
 //! The unit tests of [`crate::certs`], and the helpers other modules' certificate tests share.
 
+use super::testkit::*;
 use super::*;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
-
-/// 2026-08-01T00:00:00Z.
-pub(crate) const NOW: i64 = 1_785_542_400;
-pub(crate) const DAY: i64 = SECS_PER_DAY;
 
 /// Asserts that `$result` is an error matching `$pattern`, and returns it.
 macro_rules! refused {
@@ -16,61 +13,6 @@ macro_rules! refused {
         assert!(matches!(err, $pattern $(if $guard)?), "{err}");
         err
     }};
-}
-
-/// What the tests check of a certificate, read with x509-parser.
-#[derive(Debug)]
-pub(crate) struct Facts {
-    pub issuer: Vec<u8>,
-    pub subject: Vec<u8>,
-    pub cn: String,
-    pub ca: Option<bool>,
-    pub key_cert_sign: Option<bool>,
-    /// (serverAuth, clientAuth).
-    pub eku: Option<(bool, bool)>,
-    pub not_before: i64,
-    pub not_after: i64,
-    pub public_key: Vec<u8>,
-}
-
-/// The first certificate in `pem`.
-pub(crate) fn facts(pem: &str) -> Facts {
-    let der = CertificateDer::from_pem_slice(pem.as_bytes()).expect("PEM certificate");
-    let (_, c) = parse_x509_certificate(&der).expect("X.509 certificate");
-    let cn = c.subject().iter_common_name().next().map(|cn| cn.as_str());
-    let eku = c.extended_key_usage().unwrap();
-    Facts {
-        issuer: c.issuer().as_raw().to_vec(),
-        subject: c.subject().as_raw().to_vec(),
-        cn: cn.and_then(Result::ok).unwrap_or_default().to_string(),
-        ca: c.basic_constraints().unwrap().map(|b| b.value.ca),
-        key_cert_sign: c.key_usage().unwrap().map(|k| k.value.key_cert_sign()),
-        eku: eku.map(|e| (e.value.server_auth, e.value.client_auth)),
-        not_before: c.validity().not_before.timestamp(),
-        not_after: c.validity().not_after.timestamp(),
-        public_key: c.public_key().subject_public_key.data.to_vec(),
-    }
-}
-
-/// A fresh directory under the system temp dir, removed by the guard.
-pub(crate) struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub(crate) fn new(tag: &str) -> Self {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let name = format!("quorumguard-certs-unit-{tag}-{}-{n}", std::process::id());
-        let dir = std::env::temp_dir().join(name);
-        let _ = std::fs::remove_dir_all(&dir);
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Runs `openssl <args>` (split at spaces) in `dir`: whether it succeeded, and its output.

@@ -11,7 +11,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 use thiserror::Error;
 
-use crate::etcd::certs::{self, CertError};
+use crate::etcd::{self as certs, CertError};
 
 /// How many TLS sessions a cluster's client configuration remembers for resumption: enough for
 /// its members (a redial after a restart), far fewer than rustls' default of 256, whose cache
@@ -132,7 +132,7 @@ impl ClientTls {
     }
 
     /// The rustls configuration every connection with this material uses.
-    pub(super) fn config(&self) -> Arc<ClientConfig> {
+    pub fn config(&self) -> Arc<ClientConfig> {
         self.config.clone()
     }
 }

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use kube::Client;
 
 use super::{Publisher, Summary};
-use crate::engine::quorum::Tally;
-use crate::engine::rollout::readiness;
-use crate::engine::{EtcdState, Policy};
-use crate::etcd::sweep::{Probers, SweepConfig, sweep_once};
-use crate::state::ClusterState;
-use crate::status::metrics::{ClusterFigures, EnricherMetrics, RolloutFigures};
+use crate::metrics::{ClusterFigures, EnricherMetrics, RolloutFigures};
+use quorumguard_engine::quorum::Tally;
+use quorumguard_engine::rollout::readiness;
+use quorumguard_engine::{EtcdState, Policy};
+use quorumguard_observe::etcd::sweep::{Probers, SweepConfig, sweep_once};
+use quorumguard_observe::state::ClusterState;
 
 /// The figures of every probed cluster, for the metrics.
 pub fn figures(state: &ClusterState) -> Vec<ClusterFigures> {
@@ -124,7 +124,7 @@ const MIN_GAP: Duration = Duration::from_secs(1);
 /// The status enricher: sweep, record metrics, publish (when leading), wait for the interval, a
 /// Machine appearing or going, or a change of leadership; forever. `first_sweep` is told when
 /// the first sweep after the caches synced is done (readiness waits for it). `probers` are
-/// shared with the webhook's fresh probes ([`crate::etcd::fresh`]). After each sweep every KCP's
+/// shared with the webhook's fresh probes ([`quorumguard_observe::etcd::fresh`]). After each sweep every KCP's
 /// rollout is predicted under `policy` (the webhook's) for `quorumguard_rollout_ready`.
 #[allow(clippy::too_many_arguments)]
 pub async fn enrich(
@@ -157,7 +157,8 @@ pub async fn enrich(
         metrics.observe_sweep(&figures(&state));
         if synced {
             let predicting = Instant::now();
-            let predicted = rollouts_yielding(&state, &policy, crate::unix_now()).await;
+            let predicted =
+                rollouts_yielding(&state, &policy, quorumguard_observe::unix_now()).await;
             metrics.observe_rollouts(&predicted, predicting.elapsed());
         }
         let mut published = None;

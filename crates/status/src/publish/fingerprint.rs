@@ -1,8 +1,8 @@
 //! The fingerprint of what would be published for a KCP, without the figures that move on every
 //! probe: the writer compares it to skip reads and writes in a steady state.
 
-use crate::engine::{ControlPlane, EtcdState, Policy, next_action};
-use crate::status::conditions::conditions;
+use crate::conditions::conditions;
+use quorumguard_engine::{ControlPlane, EtcdState, Policy, next_action};
 
 /// What would be published at `now_unix`, minus the figures that move on every probe (raft
 /// index, DB size) and the transition time. The time counts: a Machine without a member is
@@ -44,7 +44,7 @@ pub(super) fn fingerprint(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::testkit::{NOW, add_machine, cp, down, healthy, members_mut};
+    use quorumguard_engine::testkit::{NOW, add_machine, cp, down, healthy, members_mut};
 
     fn print(c: &ControlPlane) -> u64 {
         fingerprint(c, &Policy::default(), Some(1), None, NOW)

@@ -3,7 +3,7 @@
 
 use etcd_client::AlarmType;
 
-use crate::engine::model::{Alarm, Member, MemberId};
+use quorumguard_engine::model::{Alarm, Member, MemberId};
 
 /// The engine's alarm for etcd's, or `None` for "no alarm".
 pub(super) fn alarm_of(t: AlarmType) -> Option<Alarm> {

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::Prober;
 use super::alarms::parse_alarm;
 use super::clients::call;
-use crate::engine::model::{Health, Member, MemberId};
+use quorumguard_engine::model::{Health, Member, MemberId};
 
 /// A member's status, reduced to what is judged.
 pub(super) struct Status {
