@@ -32,7 +32,7 @@ use support::reviews::{KCP_CONTROLLER, NS};
 use support::seed::{self, secret};
 
 /// etcd requests in one probe of 3 members: the member list, then each member's status and
-/// linearizable read, and the alarm list (crates/guard/src/etcd/prober.rs).
+/// linearizable read, and the alarm list (crates/observe/src/etcd/prober.rs).
 const REQUESTS_PER_PROBE: u64 = 1 + 3 * 2 + 1;
 
 fn main() -> Result<()> {

@@ -1,12 +1,12 @@
-//! The `quorumguard` command line: the production commands of `quorumguard-guard`
-//! ([`quorumguard_guard::cli`]) and, with the default `playground` feature, `playground` from
+//! The `quorumguard` command line: the production commands of `quorumguard-cli`
+//! ([`quorumguard_cli`]) and, with the default `playground` feature, `playground` from
 //! `quorumguard-playground`. Argument parsing and dispatch only; `main` maps errors.
 
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-pub use quorumguard_guard::cli::*;
+pub use quorumguard_cli::*;
 
 /// quorumguard keeps etcd quorum safe on Cluster API KubeadmControlPlane clusters.
 #[derive(Debug, Parser)]
@@ -19,7 +19,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     #[command(flatten)]
-    Guard(quorumguard_guard::cli::Command),
+    Guard(quorumguard_cli::Command),
     /// Replay a story on a local playground (real etcd, the webhook, the status publisher, an
     /// API-server stand-in; no Kubernetes cluster needed), or keep it running for kubectl.
     #[cfg(feature = "playground")]
@@ -41,7 +41,7 @@ pub fn parse() -> Cli {
 /// Runs the parsed command. Errors are bad input (exit 2); the caller prints them.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Guard(command) => quorumguard_guard::cli::run(command),
+        Command::Guard(command) => quorumguard_cli::run(command),
         #[cfg(feature = "playground")]
         Command::Playground(args) => quorumguard_playground::cli::run(&args),
     }

@@ -48,7 +48,7 @@ pub struct PlaygroundArgs {
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
     /// quorumguard's probe interval.
-    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = quorumguard_guard::cli::duration)]
+    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = quorumguard_cli::duration)]
     pub probe_interval: Duration,
     /// Run on a real kube-apiserver instead of the embedded stand-in: kube-apiserver and its
     /// etcd from KUBEBUILDER_ASSETS (setup-envtest's directory; the etcd from
@@ -128,7 +128,7 @@ pub fn run(args: &PlaygroundArgs) -> anyhow::Result<ExitCode> {
         });
         let world = tokio::select! {
             w = start(options, &tl) => Arc::new(w?),
-            _ = quorumguard_guard::cli::serve::terminated() => {
+            _ = quorumguard_cli::serve::terminated() => {
                 tl.plain("interrupted while starting: stopping");
                 return Ok(Outcome::Interrupted);
             }
@@ -137,7 +137,7 @@ pub fn run(args: &PlaygroundArgs) -> anyhow::Result<ExitCode> {
         let keeping = AtomicBool::new(false);
         let outcome = tokio::select! {
             r = play(&world, &tl, scenario.name, run_scenario, args.keep, &keeping) => r,
-            _ = quorumguard_guard::cli::serve::terminated() => {
+            _ = quorumguard_cli::serve::terminated() => {
                 if keeping.load(Ordering::SeqCst) {
                     tl.plain("\nstopping everything the playground started");
                     Ok(Outcome::Kept)

@@ -45,7 +45,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, SystemTime};
 
-use quorumguard_guard::etcd::ClientTls;
+use quorumguard_observe::etcd::ClientTls;
 
 pub use etcdctl::Etcdctl;
 pub use membership::ListedMember;

@@ -1,6 +1,6 @@
 //! The playground: quorumguard against a real etcd cluster, on loopback, without Kubernetes.
 //!
-//! It is never used by `quorumguard serve`: the guard crate does not depend on it, and the
+//! It is never used by `quorumguard serve`: no crate of the guard depends on it, and the
 //! production image is built without the binary's `playground` feature, so it ships none of it.
 //! Tests and benches reuse its stand-in and its etcd helpers through `quorumguard::playground`.
 //!
@@ -49,6 +49,11 @@ pub mod truth;
 pub mod webhooks;
 pub mod world;
 
-// The guard's modules under the names the playground's code has always used (`crate::etcd`,
+// The guard's crates and modules under the names the playground's code has always used (`crate::etcd`,
 // `crate::server`, ...): the playground drives the real guard, never a copy of it.
-use quorumguard_guard::{certs, engine, server, status, telemetry, tls, unix_now};
+use quorumguard_cli::server;
+use quorumguard_engine as engine;
+use quorumguard_observe::unix_now;
+use quorumguard_pki::{certs, tls};
+use quorumguard_status as status;
+use quorumguard_telemetry as telemetry;

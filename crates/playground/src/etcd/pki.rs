@@ -13,7 +13,7 @@ use rcgen::{
 };
 
 use super::EtcdError;
-use quorumguard_guard::etcd::certs::sign_client_cert;
+use quorumguard_pki::etcd::sign_client_cert;
 
 /// The certificates of a cluster.
 pub struct Pki {

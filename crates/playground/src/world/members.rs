@@ -10,7 +10,7 @@ use super::backend::Backend;
 use super::{CLUSTER, NAMESPACE, World, WorldError};
 use crate::apiserver::cluster_resource;
 use crate::etcd::{EtcdCluster, EtcdError};
-use quorumguard_guard::etcd::endpoints::ETCD_ENDPOINTS_ANNOTATION;
+use quorumguard_observe::etcd::endpoints::ETCD_ENDPOINTS_ANNOTATION;
 
 impl World {
     /// The etcd client URLs the playground keeps in the Cluster's endpoints annotation.

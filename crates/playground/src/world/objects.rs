@@ -12,7 +12,7 @@ use super::{
 };
 use crate::apiserver::{cluster_resource, health_check_resource, kcp_resource, machine_resource};
 use crate::etcd::EtcdCluster;
-use quorumguard_guard::etcd::endpoints::{ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION};
+use quorumguard_observe::etcd::endpoints::{ETCD_ENDPOINTS_ANNOTATION, ETCD_TRANSPORT_ANNOTATION};
 
 /// Stores `object` (of resource `ar`): into the stand-in's store as it is, or on the real server
 /// created as the admin and its status then written through the status subresource (as a

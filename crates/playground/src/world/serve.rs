@@ -16,8 +16,8 @@ use super::{World, WorldError, WorldOptions};
 use crate::engine::{Confirmation, Policy};
 use crate::server::{Running, ServeConfig, StatusConfig};
 use crate::status::publish::PublishConfig;
-use quorumguard_guard::etcd::TransportKind;
-use quorumguard_guard::etcd::sweep::SweepConfig;
+use quorumguard_observe::etcd::TransportKind;
+use quorumguard_observe::etcd::sweep::SweepConfig;
 
 /// The namespace of the Lease a child `serve` holds (serve's default, `POD_NAMESPACE`).
 pub const LEASE_NAMESPACE: &str = "quorumguard-system";

@@ -11,10 +11,10 @@ use crate::apiserver::{cluster_resource, kcp_resource, machine_resource};
 use crate::engine::model::{ControlPlane, LABEL_CONTROL_PLANE};
 use crate::engine::{Confirmation, EtcdState};
 use crate::etcd::{ELECTION_TIMEOUT, EtcdError};
-use quorumguard_guard::capi::{parse_cluster, parse_kcp, parse_machine};
-use quorumguard_guard::etcd::TransportKind;
-use quorumguard_guard::etcd::sweep::{Probers, SweepConfig, sweep_once};
-use quorumguard_guard::state::{ClusterState, Kind, Object};
+use quorumguard_observe::capi::{parse_cluster, parse_kcp, parse_machine};
+use quorumguard_observe::etcd::TransportKind;
+use quorumguard_observe::etcd::sweep::{Probers, SweepConfig, sweep_once};
+use quorumguard_observe::state::{ClusterState, Kind, Object};
 
 /// A hook of someone else's that holds a Machine's deletion (a backup, say).
 pub const FOREIGN_PRE_TERMINATE_HOOK: &str =

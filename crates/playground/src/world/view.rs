@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::{KCP, NAMESPACE, World};
 use crate::apiserver::{health_check_resource, kcp_resource, machine_resource};
 use crate::status::conditions::{CONDITION_ETCD_QUORUM, CONDITION_NEXT_ACTION};
-use quorumguard_guard::capi::{self, CapiHealthCheck, CapiMachine};
+use quorumguard_observe::capi::{self, CapiHealthCheck, CapiMachine};
 
 /// One KCP condition as published.
 #[derive(Clone, Debug, PartialEq, Eq)]

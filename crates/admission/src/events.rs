@@ -1,0 +1,775 @@
+//! Kubernetes Events for every denial and every break-glass use, so that `kubectl describe`
+//! shows who was refused (or overrode the guard) and what they were told.
+//!
+//! The webhook hands a [`Notice`] to a bounded queue and answers at once; one background task
+//! publishes. A full queue drops the notice and counts it: an Event is never worth delaying a
+//! review.
+//!
+//! Each distinct note is its own Event. The note names the requester and carries the message
+//! they got, so two people refused on the same Machine, or one person told two different
+//! things, are two Events; the same requester told the same thing again is a repeat, counted
+//! in that Event's series (`kubectl describe` shows `(x2 over 40s)`).
+//!
+//! This is why the publisher is ours and not kube-runtime's `Recorder`. The Recorder folds
+//! every Event with the same regarding object, reason, action, type, reporter and related
+//! object into a series of the first one, and a series keeps the first note (kube-apiserver
+//! refuses to change the note, action, reason, type, regarding or related of an existing
+//! Event). On a real cluster, jane's, the KCP controller's and an admin's denials of one
+//! Machine became one Event "x4" carrying jane's message. Its cache key has no room for the
+//! note: it could be split only by smuggling a digest of the note into `action` (a
+//! machine-readable verb, immutable, read by tools) or into an invented `related` object.
+//! Publishing events.k8s.io/v1 ourselves is a create and a one-field patch, and it also lets
+//! the cache be bounded in size (the Recorder's is bounded only by age), lets a repeat patch
+//! only the series (the Recorder re-sends the whole Event), and recovers when the Event it would
+//! count has gone (deleted, or expired by the API server's `--event-ttl`): a new one is created
+//! instead of failing until the cache entry ages out.
+//!
+//! What is published, as kube-apiserver 1.32 validates an events.k8s.io/v1 Event: `eventTime`,
+//! `type` Warning, `reason` (the reason code), `action` (`Delete` or `Update`, at most 128
+//! characters), the note (at most 1 kB: longer ones are cut with a mark, keeping the requester,
+//! who comes first), `regarding` (the Machine or KCP, with its uid so `kubectl describe` finds
+//! it), `reportingController` `quorumguard` and `reportingInstance` the pod name. The name is
+//! `<object>.<hex nanoseconds>`, as client-go names Events. A repeat is a JSON merge patch of
+//! `series` alone (`count` from 2, `lastObservedTime`).
+//!
+//! The cache that makes repeats into series remembers an Event for 6 minutes after its last
+//! observation (kube-runtime's window, and client-go's for events.k8s.io) and at most
+//! [`CACHE_ENTRIES`] Events (client-go's core/v1 correlator keeps an LRU of 4096; ours holds each
+//! note, up to 1 kB, so it is smaller: about 1.5 MB at most): when full, the Event observed longest ago is forgotten, and its next repeat is a new Event. Each
+//! replica keeps its own: a repeat answered by the other replica is that replica's Event (its
+//! `reportingInstance` tells them apart).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::{counter::Counter, family::Family};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use quorumguard_telemetry::Metrics;
+
+/// One Event to publish about an object.
+#[derive(Clone, Debug)]
+pub struct Notice {
+    pub kind: String,
+    pub api_version: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: Option<String>,
+    pub warning: bool,
+    pub reason: String,
+    pub action: String,
+    /// Names the requester first, then what they were told.
+    pub note: String,
+    /// The user the review names, for the per-requester limit.
+    pub requester: String,
+}
+
+/// The sending side, held by the webhook.
+#[derive(Clone)]
+pub struct EventSink {
+    tx: mpsc::Sender<Notice>,
+    dropped: Arc<AtomicU64>,
+    /// Notices dropped, by why: `requester_limit`, `object_limit`, `queue_full`.
+    dropped_by: Family<DropLabels, Counter>,
+    limits: Arc<Mutex<Limits>>,
+    sender_verified: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropLabels {
+    reason: &'static str,
+}
+
+/// How many Events one requester may cause: [`PER_REQUESTER_BURST`] at once, then one per
+/// [`PER_REQUESTER_EVERY`] (30 a minute). A person retrying a refused `kubectl delete`, or KCP's
+/// controller refused on a few control planes, stays well inside it.
+pub const PER_REQUESTER_BURST: u32 = 30;
+pub const PER_REQUESTER_EVERY: Duration = Duration::from_secs(2);
+/// How many Events one object (Machine or KCP) may get: [`PER_OBJECT_BURST`] at once, then one
+/// per [`PER_OBJECT_EVERY`] (6 a minute), whoever the requesters are.
+pub const PER_OBJECT_BURST: u32 = 10;
+pub const PER_OBJECT_EVERY: Duration = Duration::from_secs(10);
+/// The most requesters, and the most objects, whose limits are remembered; when full, the ones
+/// back at their full burst are forgotten, and if none is, a notice from a new one is dropped.
+pub const LIMITER_ENTRIES: usize = 4096;
+
+/// A token bucket per key: `burst` tokens, one more every `every`.
+struct Buckets {
+    burst: f64,
+    every: Duration,
+    tokens: HashMap<String, (f64, Instant)>,
+}
+
+impl Buckets {
+    fn new(burst: u32, every: Duration) -> Buckets {
+        Buckets {
+            burst: f64::from(burst.max(1)),
+            every: every.max(Duration::from_millis(1)),
+            tokens: HashMap::new(),
+        }
+    }
+
+    /// The tokens `key` has at `now`.
+    fn level(&self, key: &str, now: Instant) -> f64 {
+        match self.tokens.get(key) {
+            Some(&(tokens, at)) => {
+                let refilled =
+                    now.saturating_duration_since(at).as_secs_f64() / self.every.as_secs_f64();
+                (tokens + refilled).min(self.burst)
+            }
+            None => self.burst,
+        }
+    }
+
+    /// Whether `key` has a token at `now` and there is room to remember it.
+    fn allows(&mut self, key: &str, now: Instant) -> bool {
+        if self.level(key, now) < 1.0 {
+            return false;
+        }
+        if !self.tokens.contains_key(key) && self.tokens.len() >= LIMITER_ENTRIES {
+            let (burst, every) = (self.burst, self.every);
+            self.tokens.retain(|_, &mut (tokens, at)| {
+                tokens + now.saturating_duration_since(at).as_secs_f64() / every.as_secs_f64()
+                    < burst
+            });
+        }
+        self.tokens.contains_key(key) || self.tokens.len() < LIMITER_ENTRIES
+    }
+
+    fn take(&mut self, key: &str, now: Instant) {
+        let level = self.level(key, now);
+        self.tokens.insert(key.to_owned(), (level - 1.0, now));
+    }
+}
+
+/// The per-requester and per-object limits. Pure: the caller passes the time.
+struct Limits {
+    requesters: Buckets,
+    objects: Buckets,
+}
+
+impl Limits {
+    fn new() -> Limits {
+        Limits {
+            requesters: Buckets::new(PER_REQUESTER_BURST, PER_REQUESTER_EVERY),
+            objects: Buckets::new(PER_OBJECT_BURST, PER_OBJECT_EVERY),
+        }
+    }
+
+    /// `Ok` and a token taken from both, or the limit that refuses it.
+    fn admit(&mut self, n: &Notice, now: Instant) -> Result<(), &'static str> {
+        let object = format!("{} {}/{}", n.kind, n.namespace, n.name);
+        if !self.requesters.allows(&n.requester, now) {
+            return Err("requester_limit");
+        }
+        if !self.objects.allows(&object, now) {
+            return Err("object_limit");
+        }
+        self.requesters.take(&n.requester, now);
+        self.objects.take(&object, now);
+        Ok(())
+    }
+}
+
+/// Events are at most 1 kB of note; longer ones are cut with a mark.
+const MAX_NOTE: usize = 1000;
+/// How long after its last observation a repeat still counts in an Event's series.
+pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+/// The most Events the series cache remembers.
+pub const CACHE_ENTRIES: usize = 1024;
+/// Deadline of one create or patch.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// kube-apiserver's limit for an object name (a DNS subdomain).
+const MAX_NAME: usize = 253;
+/// `reportingController` of every Event.
+const CONTROLLER: &str = "quorumguard";
+
+fn cut(mut s: String) -> String {
+    if s.len() > MAX_NOTE {
+        let mut end = MAX_NOTE - 3;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push_str("...");
+    }
+    s
+}
+
+impl EventSink {
+    /// Queues a notice unless its requester or its object is over its limit; never waits.
+    pub fn send(&self, n: Notice) {
+        let admitted = self
+            .limits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(&n, Instant::now());
+        let dropped = match admitted {
+            Err(reason) => reason,
+            Ok(()) if self.tx.try_send(n).is_err() => "queue_full",
+            Ok(()) => return,
+        };
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        self.dropped_by
+            .get_or_create(&DropLabels { reason: dropped })
+            .inc();
+    }
+
+    /// Notices dropped: over a limit, the queue full or the publisher gone.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Whether kube-apiserver's client certificate is verified (`--client-ca-file`): only then
+    /// is the user a review names known to be the one kube-apiserver authenticated.
+    pub fn sender_verified(&self) -> bool {
+        self.sender_verified
+    }
+}
+
+/// What makes two notices the same Event: the object, the verdict and the note as published
+/// (which names the requester and carries their message).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    api_version: String,
+    kind: String,
+    namespace: String,
+    name: String,
+    uid: Option<String>,
+    warning: bool,
+    reason: String,
+    action: String,
+    note: String,
+}
+
+impl Key {
+    fn of(n: Notice) -> Key {
+        Key {
+            api_version: n.api_version,
+            kind: n.kind,
+            namespace: n.namespace,
+            name: n.name,
+            uid: n.uid,
+            warning: n.warning,
+            reason: n.reason,
+            action: n.action,
+            note: cut(n.note),
+        }
+    }
+
+    /// `Kind namespace/name`, for log lines.
+    fn object(&self) -> String {
+        format!("{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// An Event published lately.
+#[derive(Clone, Debug)]
+struct Published {
+    /// Its name, to patch it.
+    event: String,
+    /// Observations so far, the first included.
+    count: i32,
+    last: Instant,
+}
+
+/// What to do with a notice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Step {
+    /// Nothing like it lately: a new Event.
+    Create,
+    /// A repeat of Event `event`: count it as observation `count`.
+    Count { event: String, count: i32 },
+}
+
+/// The Events published in the last [`SERIES_WINDOW`], at most `capacity` of them. Pure: the
+/// caller passes the time.
+struct Series {
+    entries: HashMap<Key, Published>,
+    capacity: usize,
+    window: Duration,
+}
+
+impl Series {
+    fn new(capacity: usize, window: Duration) -> Series {
+        Series {
+            entries: HashMap::new(),
+            capacity: capacity.max(1),
+            window,
+        }
+    }
+
+    fn step(&self, key: &Key, now: Instant) -> Step {
+        match self.entries.get(key) {
+            Some(p) if now.saturating_duration_since(p.last) < self.window => Step::Count {
+                event: p.event.clone(),
+                count: p.count.saturating_add(1),
+            },
+            _ => Step::Create,
+        }
+    }
+
+    /// Event `event` was created for `key` (replacing any earlier one).
+    fn created(&mut self, key: Key, event: String, now: Instant) {
+        if !self.entries.contains_key(&key) && self.entries.len() >= self.capacity {
+            self.make_room(now);
+        }
+        self.entries.insert(
+            key,
+            Published {
+                event,
+                count: 1,
+                last: now,
+            },
+        );
+    }
+
+    /// The repeat was counted: the Event now says `count`.
+    fn counted(&mut self, key: &Key, count: i32, now: Instant) {
+        if let Some(p) = self.entries.get_mut(key) {
+            p.count = count;
+            p.last = now;
+        }
+    }
+
+    /// Forgets the aged entries; if none had aged, the one observed longest ago.
+    fn make_room(&mut self, now: Instant) {
+        let window = self.window;
+        self.entries
+            .retain(|_, p| now.saturating_duration_since(p.last) < window);
+        if self.entries.len() >= self.capacity {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, p)| p.last)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.entries.remove(&k);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// `<object>.<hex nanoseconds>` (client-go's form), the object's name shortened if needed to
+/// stay a valid name.
+fn event_name(object: &str, nanos: u128) -> String {
+    let suffix = format!(".{nanos:x}");
+    let mut base = object.to_string();
+    if base.len() + suffix.len() > MAX_NAME {
+        let mut end = MAX_NAME - suffix.len();
+        while !base.is_char_boundary(end) {
+            end -= 1;
+        }
+        base.truncate(end);
+        // A DNS subdomain's labels end with a letter or digit.
+        while base.ends_with(['.', '-']) {
+            base.pop();
+        }
+    }
+    if base.is_empty() {
+        base = CONTROLLER.into();
+    }
+    base + &suffix
+}
+
+/// The Event to create for `key`, first observed at `now`.
+fn new_event(key: &Key, instance: &str, now: SystemTime) -> Event {
+    let nanos = now
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    Event {
+        metadata: ObjectMeta {
+            name: Some(event_name(&key.name, nanos)),
+            namespace: Some(key.namespace.clone()),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(timestamp(now))),
+        type_: Some(if key.warning { "Warning" } else { "Normal" }.into()),
+        reason: Some(key.reason.clone()),
+        action: Some(key.action.clone()),
+        note: Some(key.note.clone()),
+        regarding: Some(ObjectReference {
+            api_version: Some(key.api_version.clone()),
+            kind: Some(key.kind.clone()),
+            namespace: Some(key.namespace.clone()),
+            name: Some(key.name.clone()),
+            uid: key.uid.clone(),
+            ..Default::default()
+        }),
+        reporting_controller: Some(CONTROLLER.into()),
+        reporting_instance: Some(instance.into()),
+        ..Default::default()
+    }
+}
+
+/// The merge patch that counts observation `count` (at least 2) at `now`.
+fn series_patch(count: i32, now: SystemTime) -> serde_json::Value {
+    let series = EventSeries {
+        count,
+        last_observed_time: MicroTime(timestamp(now)),
+    };
+    json!({ "series": series })
+}
+
+fn timestamp(t: SystemTime) -> Timestamp {
+    Timestamp::try_from(t).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// Publishes notices, one at a time, keeping series.
+struct Publisher {
+    client: Client,
+    instance: String,
+    series: Series,
+}
+
+impl Publisher {
+    async fn publish(&mut self, n: Notice) {
+        let key = Key::of(n);
+        let now = Instant::now();
+        match self.series.step(&key, now) {
+            Step::Create => self.create(key, now).await,
+            Step::Count { event, count } => {
+                let api: Api<Event> = Api::namespaced(self.client.clone(), &key.namespace);
+                let patch = Patch::Merge(series_patch(count, SystemTime::now()));
+                let done = tokio::time::timeout(
+                    WRITE_TIMEOUT,
+                    api.patch(&event, &PatchParams::default(), &patch),
+                )
+                .await;
+                match done {
+                    Ok(Ok(_)) => self.series.counted(&key, count, now),
+                    // The Event has gone (deleted, or expired by --event-ttl): a new one.
+                    Ok(Err(kube::Error::Api(e))) if e.code == 404 => self.create(key, now).await,
+                    Ok(Err(e)) => tracing::warn!(
+                        object = %key.object(), event = %event, error = %e,
+                        "could not count a repeat in an Event's series"
+                    ),
+                    Err(_) => tracing::warn!(
+                        object = %key.object(), event = %event,
+                        "counting a repeat in an Event's series timed out"
+                    ),
+                }
+            }
+        }
+    }
+
+    async fn create(&mut self, key: Key, now: Instant) {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &key.namespace);
+        let event = new_event(&key, &self.instance, SystemTime::now());
+        let done =
+            tokio::time::timeout(WRITE_TIMEOUT, api.create(&PostParams::default(), &event)).await;
+        match done {
+            Ok(Ok(made)) => self.series.created(key, made.name_any(), now),
+            Ok(Err(e)) => tracing::warn!(
+                object = %key.object(), event = %event.name_any(), error = %e,
+                "could not publish an Event"
+            ),
+            Err(_) => tracing::warn!(
+                object = %key.object(), event = %event.name_any(),
+                "publishing an Event timed out"
+            ),
+        }
+    }
+}
+
+/// Starts the publisher. `instance` is the pod name (several replicas publish); without it,
+/// `quorumguard`. Dropped notices are counted in `metrics` as
+/// `quorumguard_events_dropped_total{reason}`; `sender_verified` says whether reviews come
+/// only from a client that presented kube-apiserver's certificate.
+pub fn spawn(
+    client: Client,
+    instance: Option<String>,
+    capacity: usize,
+    metrics: &Metrics,
+    sender_verified: bool,
+) -> EventSink {
+    let dropped_by = Family::<DropLabels, Counter>::default();
+    metrics.with_registry(|r| {
+        r.register(
+            "events_dropped",
+            "Events not written, by reason: requester_limit (over 30 a minute from one \
+             requester), object_limit (over 6 a minute about one object), queue_full",
+            dropped_by.clone(),
+        )
+    });
+    for reason in ["requester_limit", "object_limit", "queue_full"] {
+        let _ = dropped_by.get_or_create(&DropLabels { reason });
+    }
+    let (tx, mut rx) = mpsc::channel::<Notice>(capacity);
+    let instance = instance
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| CONTROLLER.into());
+    let mut publisher = Publisher {
+        client,
+        instance,
+        series: Series::new(CACHE_ENTRIES, SERIES_WINDOW),
+    };
+    tokio::spawn(async move {
+        while let Some(n) = rx.recv().await {
+            publisher.publish(n).await;
+        }
+    });
+    EventSink {
+        tx,
+        dropped: Arc::new(AtomicU64::new(0)),
+        dropped_by,
+        limits: Arc::new(Mutex::new(Limits::new())),
+        sender_verified,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notice(name: &str, note: &str) -> Notice {
+        Notice {
+            kind: "Machine".into(),
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: Some("u-1".into()),
+            warning: true,
+            reason: "WouldLoseQuorum".into(),
+            action: "Delete".into(),
+            note: note.into(),
+            requester: "jane".into(),
+        }
+    }
+
+    /// Notices from `requester` about Machine `name`, admitted at `now`: how many of `n` pass.
+    fn admitted(limits: &mut Limits, requester: &str, name: &str, n: usize, now: Instant) -> usize {
+        (0..n)
+            .filter(|_| {
+                let mut notice = notice(name, "denied");
+                notice.requester = requester.into();
+                limits.admit(&notice, now).is_ok()
+            })
+            .count()
+    }
+
+    #[test]
+    fn events_are_limited_per_requester_and_per_object() {
+        let t = Instant::now();
+        let mut limits = Limits::new();
+        // One object: its burst, then nothing until a token comes back.
+        assert_eq!(admitted(&mut limits, "jane", "m", 100, t), 10);
+        assert_eq!(limits.admit(&notice("m", "x"), t), Err("object_limit"));
+        assert_eq!(
+            admitted(&mut limits, "jane", "m", 100, t + PER_OBJECT_EVERY),
+            1
+        );
+        // One requester across many objects: its burst, less the 11 spent on `m`, plus what
+        // came back in the meantime.
+        let spread = (0..100)
+            .filter(|i| {
+                let mut n = notice(&format!("o{i}"), "x");
+                n.requester = "jane".into();
+                limits.admit(&n, t + PER_OBJECT_EVERY).is_ok()
+            })
+            .count();
+        let refilled = (PER_OBJECT_EVERY.as_secs() / PER_REQUESTER_EVERY.as_secs()) as u32;
+        assert_eq!(spread as u32, PER_REQUESTER_BURST - 11 + refilled);
+        let mut n = notice("other", "x");
+        n.requester = "jane".into();
+        assert_eq!(
+            limits.admit(&n, t + PER_OBJECT_EVERY),
+            Err("requester_limit")
+        );
+        // Another requester is not held back by jane's limit, only by the object's.
+        assert_eq!(
+            admitted(&mut limits, "bob", "fresh", 3, t + PER_OBJECT_EVERY),
+            3
+        );
+        // A flood of made-up requesters on one object: the object's limit holds.
+        let mut limits = Limits::new();
+        let forged = (0..10_000)
+            .filter(|i| {
+                let mut n = notice("m", "x");
+                n.requester = format!("user-{i}");
+                limits.admit(&n, t).is_ok()
+            })
+            .count();
+        assert_eq!(forged as u32, PER_OBJECT_BURST);
+    }
+
+    #[test]
+    fn the_limiter_remembers_a_bounded_number_of_keys() {
+        let t = Instant::now();
+        let mut limits = Limits::new();
+        // Made-up requesters about made-up objects: each new, each admitted while there is
+        // room; then only those whose limits are back to full are forgotten to make room.
+        let passed = (0..2 * LIMITER_ENTRIES)
+            .filter(|i| {
+                let mut n = notice(&format!("o{i}"), "x");
+                n.requester = format!("user-{i}");
+                limits.admit(&n, t).is_ok()
+            })
+            .count();
+        assert_eq!(passed, LIMITER_ENTRIES);
+        assert!(limits.requesters.tokens.len() <= LIMITER_ENTRIES);
+        assert!(limits.objects.tokens.len() <= LIMITER_ENTRIES);
+        // Once their tokens are back, the old keys make room for new ones.
+        let later = t + PER_OBJECT_EVERY * PER_OBJECT_BURST;
+        let mut n = notice("new-object", "x");
+        n.requester = "new-user".into();
+        assert_eq!(limits.admit(&n, later), Ok(()));
+        assert!(limits.objects.tokens.len() <= LIMITER_ENTRIES);
+    }
+
+    fn key(name: &str, note: &str) -> Key {
+        Key::of(notice(name, note))
+    }
+
+    #[test]
+    fn each_note_is_its_own_event_and_a_repeat_is_counted() {
+        let t = Instant::now();
+        let mut s = Series::new(8, SERIES_WINDOW);
+        let jane = key("m", "denied DELETE by jane: told A");
+        let admin = key("m", "denied DELETE by admin: told B");
+        assert_eq!(s.step(&jane, t), Step::Create);
+        s.created(jane.clone(), "m.1".into(), t);
+        assert_eq!(s.step(&admin, t), Step::Create, "another requester");
+        s.created(admin.clone(), "m.2".into(), t);
+        let told_c = key("m", "denied DELETE by jane: told C");
+        assert_eq!(s.step(&told_c, t), Step::Create, "another message");
+        let again = t + Duration::from_secs(30);
+        let step = s.step(&jane, again);
+        assert_eq!(
+            step,
+            Step::Count {
+                event: "m.1".into(),
+                count: 2
+            }
+        );
+        s.counted(&jane, 2, again);
+        assert_eq!(
+            s.step(&jane, again),
+            Step::Count {
+                event: "m.1".into(),
+                count: 3
+            }
+        );
+        // The same note about another object is another Event.
+        assert_eq!(
+            s.step(&key("other", "denied DELETE by jane: told A"), t),
+            Step::Create
+        );
+    }
+
+    #[test]
+    fn a_series_ends_six_minutes_after_its_last_repeat() {
+        let t = Instant::now();
+        let mut s = Series::new(8, SERIES_WINDOW);
+        let k = key("m", "denied DELETE by jane: told A");
+        s.created(k.clone(), "m.1".into(), t);
+        let later = t + Duration::from_secs(300);
+        s.counted(&k, 2, later);
+        assert!(matches!(
+            s.step(&k, later + Duration::from_secs(359)),
+            Step::Count { count: 3, .. }
+        ));
+        assert_eq!(s.step(&k, later + SERIES_WINDOW), Step::Create, "aged out");
+    }
+
+    #[test]
+    fn the_cache_is_bounded_forgetting_aged_then_least_recent_events() {
+        let t = Instant::now();
+        let mut s = Series::new(3, SERIES_WINDOW);
+        for i in 0..3u64 {
+            let k = key("m", &format!("note {i}"));
+            s.created(k, format!("m.{i}"), t + Duration::from_secs(i));
+        }
+        // Full, nothing aged: the one observed longest ago goes.
+        s.created(
+            key("m", "note 3"),
+            "m.3".into(),
+            t + Duration::from_secs(10),
+        );
+        assert_eq!(s.len(), 3);
+        assert_eq!(
+            s.step(&key("m", "note 0"), t + Duration::from_secs(10)),
+            Step::Create
+        );
+        assert!(matches!(
+            s.step(&key("m", "note 1"), t + Duration::from_secs(10)),
+            Step::Count { .. }
+        ));
+        // Later, everything has aged: room is made by dropping all of it.
+        let late = t + SERIES_WINDOW + Duration::from_secs(60);
+        s.created(key("m", "note 4"), "m.4".into(), late);
+        assert_eq!(s.len(), 1);
+        // Bounded however many distinct notes come.
+        for i in 0..100u64 {
+            s.created(key("m", &format!("storm {i}")), format!("s.{i}"), late);
+        }
+        assert_eq!(s.len(), 3);
+    }
+
+    #[test]
+    fn notes_are_cut_at_1_kb_and_the_cut_note_is_the_key() {
+        let long = format!("denied DELETE by jane: {}", "é".repeat(800));
+        let k = key("m", &long);
+        assert!(k.note.len() <= MAX_NOTE, "{}", k.note.len());
+        assert!(k.note.starts_with("denied DELETE by jane: ") && k.note.ends_with("..."));
+        // Notes that differ only past the cut publish the same text: the same Event.
+        assert_eq!(k, key("m", &format!("{long} and more")));
+        assert_ne!(k, key("m", "denied DELETE by jane: short"));
+    }
+
+    #[test]
+    fn an_event_is_what_kube_apiserver_accepts() {
+        let k = key("test-cp-a", "denied DELETE by jane: told A");
+        let now = UNIX_EPOCH + Duration::from_nanos(0x18ed_efa8_82c9_cbdd);
+        let e = new_event(&k, "quorumguard-0", now);
+        let v = serde_json::to_value(&e).expect("json");
+        assert_eq!(v["metadata"]["name"], "test-cp-a.18edefa882c9cbdd");
+        assert_eq!(v["metadata"]["namespace"], "ns");
+        assert_eq!(v["eventTime"], "2026-12-04T03:35:33.418503Z");
+        assert_eq!(v["type"], "Warning");
+        assert_eq!(v["reason"], "WouldLoseQuorum");
+        assert_eq!(v["action"], "Delete");
+        assert_eq!(v["note"], "denied DELETE by jane: told A");
+        assert_eq!(v["reportingController"], "quorumguard");
+        assert_eq!(v["reportingInstance"], "quorumguard-0");
+        assert_eq!(
+            v["regarding"],
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                   "namespace": "ns", "name": "test-cp-a", "uid": "u-1"})
+        );
+        assert!(v.get("series").is_none() && v.get("deprecatedCount").is_none());
+        assert_eq!(
+            series_patch(2, now),
+            json!({"series": {"count": 2, "lastObservedTime": "2026-12-04T03:35:33.418503Z"}})
+        );
+    }
+
+    #[test]
+    fn event_names_stay_valid_for_the_longest_object_names() {
+        assert_eq!(event_name("m", 255), "m.ff");
+        let long = format!("{}-{}", "a".repeat(230), "b".repeat(22));
+        let name = event_name(&long, u128::from(u64::MAX));
+        assert!(name.len() <= MAX_NAME, "{}", name.len());
+        assert!(name.ends_with(".ffffffffffffffff"));
+        let dashed = format!("{}-{}", "a".repeat(235), "b".repeat(17));
+        let name = event_name(&dashed, u128::from(u64::MAX));
+        assert!(!name.contains("-."), "{name}");
+        assert_eq!(name, format!("{}.ffffffffffffffff", "a".repeat(235)));
+    }
+}

@@ -1,0 +1,592 @@
+//! The validating admission webhook: HTTP in, the engine's verdict out.
+//!
+//! A review is first decided from the caches and the record of the latest etcd probes. Denials,
+//! unconditional allows and allows that do not rest on etcd (a memberless Machine, external
+//! etcd, no replica change) are answered from that at once, in microseconds. An allow that
+//! rests on etcd health ([`Reason::allow_rests_on_etcd`]) is decided again on a fresh probe of
+//! the cluster's etcd, taken after the request arrived ([`quorumguard_observe::etcd::fresh`]): an allow that
+//! depends on etcd health rests on answers etcd gave after the request arrived. That wait is
+//! bounded by `--fresh-probe-timeout`, well inside the webhook's `timeoutSeconds`; a probe that
+//! fails or runs out of time leaves the decision to the unknown-health policy, never to the
+//! cached record. Nothing waits on the API server. Events are handed to a bounded queue and
+//! published in the background.
+//!
+//! This crate is the webhook and nothing else: decode, decide (through the engine), answer,
+//! reserve, record Events. It may depend on `quorumguard-engine`, `quorumguard-observe` (the
+//! caches, the record of probes, fresh probes) and `quorumguard-telemetry`; only the command
+//! line (`quorumguard-cli`) depends on it (tests/architecture.rs).
+
+pub mod events;
+pub mod reservations;
+pub mod review;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+
+use events::{EventSink, Notice};
+use quorumguard_engine::{
+    ANNOTATION_BREAK_GLASS, EtcdSnapshot, EtcdState, Judgement, Machine, Member, OnUnknownHealth,
+    Operation, Policy, Reason, admit, admit_deletion, failed_view, fresh_view,
+};
+use quorumguard_observe::etcd::fresh::{Fresh, FreshProbes};
+use quorumguard_observe::state::{ClusterState, Lookup, ProbeTarget};
+use quorumguard_telemetry::Metrics;
+use reservations::Reservations;
+use review::{Decoded, Endpoint, Subject};
+
+/// kube-apiserver's own limit for a webhook request body is 3 MiB of object plus the review;
+/// controller-runtime accepts 7 MiB. Larger bodies are refused before parsing.
+pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+
+/// What the webhook shares between requests.
+pub struct Webhook {
+    pub state: Arc<ClusterState>,
+    pub policy: Policy,
+    pub metrics: Arc<Metrics>,
+    pub events: Option<EventSink>,
+    reservations: Mutex<Reservations>,
+    /// Fresh etcd probes before allows that rest on etcd (`None`: etcd is not probed, as in
+    /// tests that set the record themselves; the record is all there is).
+    fresh: Option<Arc<FreshProbes>>,
+}
+
+/// Which pass of a review [`Webhook::decide`] makes.
+enum Pass {
+    /// On the caches and the record, and final: no fresh probe follows (no prober, or the
+    /// caller is synchronous).
+    Only,
+    /// On the caches and the record; an allow that rests on etcd asks for a fresh probe.
+    First,
+    /// On a fresh probe: etcd as the decision counts it.
+    Fresh(EtcdState),
+}
+
+/// What [`Webhook::decide`] concluded.
+struct Step {
+    /// The answer; only provisional when `probe` is set (nothing reserved or published).
+    outcome: Outcome,
+    /// Under [`Pass::First`], an allow that rests on etcd: probe this cluster afresh, judge
+    /// the probe against this record, and decide again.
+    probe: Option<(ProbeTarget, Vec<Member>)>,
+}
+
+impl From<Outcome> for Step {
+    fn from(outcome: Outcome) -> Self {
+        Step {
+            outcome,
+            probe: None,
+        }
+    }
+}
+
+/// The outcome of one review, for the log line, the metrics and the response.
+pub struct Outcome {
+    pub allowed: bool,
+    /// The reason code (a [`Reason`] or one of the webhook's own: `NotHandled`, ...).
+    pub reason: &'static str,
+    /// The engine's answer ([`admit`]: a denial's message ends with the next safe action).
+    pub verdict: Option<Judgement>,
+}
+
+impl Webhook {
+    pub fn new(
+        state: Arc<ClusterState>,
+        policy: Policy,
+        metrics: Arc<Metrics>,
+        events: Option<EventSink>,
+        reservation_ttl: Duration,
+    ) -> Self {
+        Webhook {
+            state,
+            policy,
+            metrics,
+            events,
+            reservations: Mutex::new(Reservations::new(reservation_ttl)),
+            fresh: None,
+        }
+    }
+
+    /// This webhook, deciding every allow that rests on etcd on a fresh probe from `fresh`.
+    pub fn with_fresh_probes(mut self, fresh: Arc<FreshProbes>) -> Self {
+        self.fresh = Some(fresh);
+        self
+    }
+
+    /// The fresh probes this webhook takes, if any.
+    pub fn fresh_probes(&self) -> Option<&Arc<FreshProbes>> {
+        self.fresh.as_ref()
+    }
+
+    /// The axum router with both review endpoints.
+    pub fn router(self: Arc<Self>) -> Router {
+        Router::new()
+            .route("/validate/machines", post(machines))
+            .route("/validate/kubeadmcontrolplanes", post(kcps))
+            .with_state(self)
+    }
+
+    /// How many deletions and scale-ups are reserved right now.
+    pub fn reservations(&self) -> usize {
+        self.reservations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Decides a decoded review on the caches and the record of the latest probes alone:
+    /// synchronous and quick, it never waits. What `serve` answers is [`Webhook::review`], which
+    /// takes a fresh probe where an allow rests on etcd.
+    pub fn judge(&self, d: &Decoded) -> Outcome {
+        self.decide(d, Pass::Only, None).outcome
+    }
+
+    /// Decides a decoded review that arrived at `arrived`: on the caches and the record; then,
+    /// when that would allow an operation whose safety rests on etcd, again on a fresh probe of
+    /// the cluster's etcd taken after `arrived` (or, if none can be had within
+    /// `--fresh-probe-timeout`, as for unknown health).
+    pub async fn review(&self, d: &Decoded, arrived: Instant) -> Outcome {
+        let Some(fresh) = &self.fresh else {
+            return self.judge(d);
+        };
+        let first = self.decide(d, Pass::First, Some(arrived));
+        let Some((target, record)) = first.probe else {
+            return first.outcome;
+        };
+        let etcd = match fresh.probe(target, arrived).await {
+            Fresh::Members(probe) => EtcdState::Observed(EtcdSnapshot {
+                members: fresh_view(probe, &record),
+                age: Some(Duration::ZERO),
+            }),
+            Fresh::Failed(e) => {
+                tracing::info!(uid = %d.uid, error = %e, "fresh etcd probe failed: deciding as for unknown health");
+                unknown_now(&record, format!("the fresh etcd probe failed: {e}"))
+            }
+            Fresh::TimedOut(t) => {
+                tracing::info!(uid = %d.uid, timeout_ms = t.as_millis() as u64, "no fresh etcd probe in time: deciding as for unknown health");
+                unknown_now(
+                    &record,
+                    format!(
+                        "no fresh etcd probe answered within --fresh-probe-timeout {}",
+                        humantime::format_duration(t)
+                    ),
+                )
+            }
+        };
+        self.decide(d, Pass::Fresh(etcd), None).outcome
+    }
+
+    /// One decision of review `d`. Under [`Pass::First`] an allow that rests on etcd is not
+    /// final: nothing is reserved or published, and [`Step::probe`] asks for a fresh probe; a
+    /// denial that rests on etcd health has the cluster probed in the background (`arrived`
+    /// set), so that the next review sees a recovery.
+    fn decide(&self, d: &Decoded, pass: Pass, arrived: Option<Instant>) -> Step {
+        let now = Instant::now();
+        let now_unix = quorumguard_observe::unix_now();
+        let (kcp_name, ask) = match &d.subject {
+            Subject::Unhandled(_) => {
+                return Outcome {
+                    allowed: true,
+                    reason: "NotHandled",
+                    verdict: None,
+                }
+                .into();
+            }
+            Subject::MachineDelete { machine, .. } => {
+                let Some(kcp) = machine.control_plane_name.clone() else {
+                    return unguarded().into();
+                };
+                (kcp, Ask::Delete(&machine.machine))
+            }
+            Subject::KcpUpdate {
+                kcp,
+                from,
+                to,
+                starts_rollout,
+                ..
+            } => (
+                kcp.clone(),
+                Ask::Update(Operation::UpdateKcp {
+                    replicas_from: *from,
+                    replicas_to: *to,
+                    starts_rollout: *starts_rollout,
+                }),
+            ),
+        };
+        let key = (d.namespace.clone(), kcp_name);
+        // A review that may reserve (a Machine deletion or a replica change, not a dry run)
+        // decides under the lock, so that the next review sees its reservation; the others
+        // decide after releasing it: under concurrent load, a lock held through every decision
+        // made the server threads wait on each other.
+        let reserving = !d.dry_run
+            && match &ask {
+                Ask::Delete(_) => true,
+                Ask::Update(Operation::UpdateKcp {
+                    replicas_from,
+                    replicas_to,
+                    ..
+                }) => replicas_to != replicas_from,
+                Ask::Update(_) => false,
+            };
+        let mut reservations = self.reservations.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cp = match self.state.control_plane(&key.0, &key.1, now) {
+            Ok(cp) => cp,
+            Err(Lookup::NoSuchKcp) => return unguarded().into(),
+            Err(Lookup::NotSynced) => return self.not_synced(d).into(),
+        };
+        if let Subject::KcpUpdate {
+            object: Some(k), ..
+        } = &d.subject
+        {
+            // The request's KCP is fresher than the cache (deletionTimestamp, topology).
+            cp.kcp = k.kcp.clone();
+        }
+        let first = matches!(pass, Pass::First);
+        if let Pass::Fresh(etcd) = pass {
+            cp.etcd = etcd;
+        }
+        reservations.apply(&key, &mut cp, now, &self.state);
+        let mut reservations = reserving.then_some(reservations);
+        let verdict = match &ask {
+            Ask::Delete(m) => admit_deletion(&cp, m, &d.requester, &self.policy, now_unix),
+            Ask::Update(op) => admit(&cp, op, &d.requester, &self.policy, now_unix),
+        };
+        if first
+            && verdict.allowed
+            && verdict.reason.allow_rests_on_etcd()
+            && let Some(target) = self.state.probe_target(&key.0, &key.1)
+        {
+            let record = match cp.etcd {
+                EtcdState::Observed(s) => s.members,
+                EtcdState::Unknown { .. } => Vec::new(),
+            };
+            return Step {
+                outcome: Outcome {
+                    allowed: verdict.allowed,
+                    reason: verdict.reason.as_str(),
+                    verdict: Some(verdict),
+                },
+                probe: Some((target, record)),
+            };
+        }
+        if let Some(reservations) = reservations.as_mut().filter(|_| verdict.allowed) {
+            match &ask {
+                Ask::Delete(m)
+                    if !verdict.reason.is_unconditional()
+                        || verdict.reason == Reason::BreakGlass =>
+                {
+                    reservations.reserve(key.clone(), (*m).clone(), now, &self.state);
+                }
+                // A scale-up is reserved too: deletions judged next must count its new member.
+                // A change to fewer replicas, however it was allowed, ends such a reservation
+                // once the cache shows it.
+                Ask::Update(Operation::UpdateKcp {
+                    replicas_from,
+                    replicas_to,
+                    ..
+                }) if replicas_to < replicas_from || !verdict.reason.is_unconditional() => {
+                    reservations.reserve_replicas(key.clone(), *replicas_from, *replicas_to, now);
+                }
+                _ => {}
+            }
+        }
+        drop(reservations);
+        if first
+            && !verdict.allowed
+            && verdict.reason.denial_rests_on_etcd()
+            && let (Some(fresh), Some(arrived)) = (&self.fresh, arrived)
+            && let Some(target) = self.state.probe_target(&key.0, &key.1)
+        {
+            fresh.refresh(target, arrived);
+        }
+        if !d.dry_run && (!verdict.allowed || verdict.reason == Reason::BreakGlass) {
+            self.notify(d, &verdict);
+        }
+        Outcome {
+            allowed: verdict.allowed,
+            reason: verdict.reason.as_str(),
+            verdict: Some(verdict),
+        }
+        .into()
+    }
+
+    /// The caches are not synced: nothing can be proven. Same policy as unknown health.
+    fn not_synced(&self, d: &Decoded) -> Outcome {
+        Outcome {
+            allowed: self.policy.on_unknown_health(&d.requester) == OnUnknownHealth::Allow,
+            reason: Reason::HealthUnknown.as_str(),
+            verdict: None,
+        }
+    }
+
+    fn notify(&self, d: &Decoded, v: &Judgement) {
+        let Some(sink) = &self.events else { return };
+        let (kind, api_version, uid) = match &d.subject {
+            Subject::MachineDelete { uid, .. } => ("Machine", "cluster.x-k8s.io/v1beta2", uid),
+            Subject::KcpUpdate { uid, .. } => (
+                "KubeadmControlPlane",
+                "controlplane.cluster.x-k8s.io/v1beta2",
+                uid,
+            ),
+            Subject::Unhandled(_) => return,
+        };
+        // The requester comes first: a note is cut at 1 kB, and a break-glass reason (the
+        // annotation's value, in the message) may be long. Unless kube-apiserver's client
+        // certificate is verified, anyone could have sent the review: the note says the user is
+        // the one the review names, not one kube-apiserver vouched for.
+        let user = &d.requester.username;
+        let by = if sink.sender_verified() {
+            format!("by {user}")
+        } else {
+            format!("(review names user {user}; its sender is not authenticated)")
+        };
+        let note = if v.reason == Reason::BreakGlass {
+            format!(
+                "allowed {} {by}: {}; {}",
+                d.operation,
+                v.message,
+                v.warnings.join("; ")
+            )
+        } else {
+            format!("denied {} {by}: {}", d.operation, v.message)
+        };
+        sink.send(Notice {
+            kind: kind.into(),
+            api_version: api_version.into(),
+            namespace: d.namespace.clone(),
+            name: d.name.clone(),
+            uid: uid.clone(),
+            warning: true,
+            reason: v.reason.as_str().into(),
+            action: if d.operation == "DELETE" {
+                "Delete".into()
+            } else {
+                "Update".into()
+            },
+            note,
+            requester: user.clone(),
+        });
+    }
+}
+
+/// What a review asks of the engine. A deletion borrows the decoded Machine: an
+/// [`Operation`] would own a clone of it, annotations and all, on every review.
+enum Ask<'a> {
+    Delete(&'a Machine),
+    Update(Operation),
+}
+
+/// etcd as a decision must count it when no fresh probe could be had (`why`): the record's
+/// member list with only its bad news ([`failed_view`]), every other member's health unknown
+/// for that reason; without a record, no member list at all. Never the record's health as it
+/// was: that would be an allow on an old record.
+fn unknown_now(record: &[Member], why: String) -> EtcdState {
+    if record.is_empty() {
+        return EtcdState::Unknown { reason: why };
+    }
+    let members = failed_view(record)
+        .into_iter()
+        .map(|mut m| {
+            if m.health == quorumguard_engine::Health::Unknown {
+                m.health = quorumguard_engine::Health::Unconfirmed(why.clone());
+            }
+            m
+        })
+        .collect();
+    EtcdState::Observed(EtcdSnapshot {
+        members,
+        age: Some(Duration::ZERO),
+    })
+}
+
+/// No KCP guards this object: allowed, said in a warning.
+fn unguarded() -> Outcome {
+    Outcome {
+        allowed: true,
+        reason: "NoControlPlane",
+        verdict: None,
+    }
+}
+
+/// The messages for outcomes without an engine verdict.
+fn plain_message(d: &Decoded, o: &Outcome, state: &ClusterState) -> String {
+    match (&d.subject, o.reason) {
+        (Subject::Unhandled(what), _) => {
+            format!("quorumguard does not judge {what}; allowed")
+        }
+        (_, "NoControlPlane") => format!(
+            "{} {}/{} belongs to no KubeadmControlPlane quorumguard knows; not guarded",
+            d.kind, d.namespace, d.name
+        ),
+        _ => format!(
+            "quorumguard's caches have not synced yet ({}): it cannot prove that {} of {}/{} is safe. Retry in a few seconds; in an emergency set the annotation {ANNOTATION_BREAK_GLASS}=<reason> on the Machine, or delete the ValidatingWebhookConfiguration quorumguard.",
+            quorumguard_observe::state::Kind::ALL
+                .iter()
+                .filter(|k| !state.is_synced(**k))
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            d.operation,
+            d.namespace,
+            d.name
+        ),
+    }
+}
+
+async fn machines(State(w): State<Arc<Webhook>>, req: Request) -> Response {
+    handle(w, Endpoint::Machines, req).await
+}
+
+async fn kcps(State(w): State<Arc<Webhook>>, req: Request) -> Response {
+    handle(w, Endpoint::KubeadmControlPlanes, req).await
+}
+
+fn bad_request(code: StatusCode, message: String) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message + "\n",
+    )
+        .into_response()
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    match headers.get(header::CONTENT_TYPE) {
+        None => true,
+        Some(v) => v
+            .to_str()
+            .map(|s| {
+                let mime = s.split(';').next().unwrap_or("").trim();
+                mime.eq_ignore_ascii_case("application/json")
+            })
+            .unwrap_or(false),
+    }
+}
+
+async fn handle(w: Arc<Webhook>, endpoint: Endpoint, req: Request) -> Response {
+    let started = Instant::now();
+    let _in_flight = w.metrics.in_flight(endpoint.as_str());
+    let (parts, body) = req.into_parts();
+    if !is_json(&parts.headers) {
+        w.metrics
+            .observe_review(endpoint.as_str(), "", true, "BadRequest", 0.0);
+        return bad_request(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "quorumguard: Content-Type must be application/json (an admission.k8s.io/v1 AdmissionReview)".into(),
+        );
+    }
+    let bytes = match axum::body::to_bytes(Body::new(body), MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(e) => {
+            w.metrics
+                .observe_review(endpoint.as_str(), "", true, "BadRequest", 0.0);
+            return bad_request(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "quorumguard: cannot read the request body (at most {} MiB): {e}",
+                    MAX_BODY_BYTES / 1024 / 1024
+                ),
+            );
+        }
+    };
+    let decoded = match review::decode(endpoint, &bytes) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(endpoint = endpoint.as_str(), error = %e, "malformed admission review");
+            w.metrics
+                .observe_review(endpoint.as_str(), "", true, "BadRequest", 0.0);
+            return bad_request(StatusCode::BAD_REQUEST, format!("quorumguard: {e}"));
+        }
+    };
+    let outcome = w.review(&decoded, started).await;
+    let body = match &outcome.verdict {
+        Some(v) => review::respond(
+            &decoded.uid,
+            v.allowed,
+            v.reason.as_str(),
+            &v.message,
+            &v.warnings,
+        )
+        .to_vec(),
+        None => {
+            let message = plain_message(&decoded, &outcome, &w.state);
+            let warnings = if outcome.allowed {
+                vec![message.clone()]
+            } else {
+                Vec::new()
+            };
+            review::respond(
+                &decoded.uid,
+                outcome.allowed,
+                outcome.reason,
+                &message,
+                &warnings,
+            )
+            .to_vec()
+        }
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    w.metrics.observe_review(
+        endpoint.as_str(),
+        decoded.operation,
+        outcome.allowed,
+        outcome.reason,
+        seconds,
+    );
+    tracing::info!(
+        uid = %decoded.uid,
+        kind = %decoded.kind,
+        namespace = %decoded.namespace,
+        name = %decoded.name,
+        operation = decoded.operation,
+        user = %decoded.requester.username,
+        dry_run = decoded.dry_run,
+        allowed = outcome.allowed,
+        reason = %outcome.reason,
+        duration_ms = seconds * 1000.0,
+        "admission review"
+    );
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from(body),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_record_a_failed_fresh_probe_leaves_no_member_list() {
+        // Not an empty member list: the engine would read it as "the Machine has no member"
+        // (MemberAbsent), an allow without proof.
+        match unknown_now(&[], "the fresh etcd probe failed: refused".into()) {
+            EtcdState::Unknown { reason } => assert!(reason.contains("refused")),
+            other => panic!("{other:?}"),
+        }
+        let mut up = Member::new(1, "a");
+        up.health = quorumguard_engine::Health::Healthy;
+        let mut down = Member::new(2, "b");
+        down.health = quorumguard_engine::Health::Unhealthy("no answer within 1s".into());
+        match unknown_now(&[up, down], "no fresh etcd probe answered".into()) {
+            EtcdState::Observed(s) => {
+                assert_eq!(
+                    s.members[0].health,
+                    quorumguard_engine::Health::Unconfirmed("no fresh etcd probe answered".into())
+                );
+                assert!(matches!(
+                    s.members[1].health,
+                    quorumguard_engine::Health::Unhealthy(_)
+                ));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
