@@ -57,8 +57,8 @@ impl<'p> Sim<'p> {
     }
 
     /// The same control plane with nothing to hold a rollout: every member healthy, voting and
-    /// claimed by a Machine, every Machine joined, and no hook but KCP's on a deletion. Its play counts the steps
-    /// a rollout takes.
+    /// claimed by a Machine, every Machine joined, and no hook but KCP's on a deletion. Its
+    /// play counts the steps a rollout takes.
     pub(super) fn ideal(&self) -> Sim<'p> {
         let mut s = self.clone();
         let names: Vec<String> =
