@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::decide::{Reason, Words, judge_delete};
+use super::judge::{Reason, Words, judge_delete};
 use super::model::*;
 use super::quorum::{self, Safety, Tally};
 use super::remediation::{self, Coverage};

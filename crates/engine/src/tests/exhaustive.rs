@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::decide::judge;
+use crate::judge::judge;
 use crate::quorum::quorum;
 use crate::testkit::*;
 use crate::*;
