@@ -6,8 +6,8 @@
 //! answer ([`Verdict`]). It sits above both layers it combines: `decide` -> `next_action` ->
 //! `judge`, and `decide` -> `judge`; neither of them reads this module.
 
+use crate::judge::{Ask, Words, judge, judge_deletion};
 pub use crate::judge::{Figures, Judgement, Operation, Reason};
-use crate::judge::{judge, judge_deletion};
 use crate::model::*;
 use crate::next_action::{NextAction, next_action};
 
@@ -33,7 +33,8 @@ pub fn decide(
     policy: &Policy,
     now_unix: i64,
 ) -> Verdict {
-    let mut j = judge(cp, op, requester, policy, now_unix);
+    let ask = Ask::new(cp, requester, policy, now_unix, Words::All);
+    let mut j = judge(&ask, op);
     let next = next_action(cp, policy, now_unix);
     if !j.allowed {
         append_next_action(&mut j.message, &next);
@@ -59,11 +60,8 @@ pub fn admit(
     policy: &Policy,
     now_unix: i64,
 ) -> Judgement {
-    let j = match op {
-        Operation::DeleteMachine(m) => return admit_deletion(cp, m, requester, policy, now_unix),
-        Operation::UpdateKcp { .. } => judge(cp, op, requester, policy, now_unix),
-    };
-    with_next_action_if_denied(j, cp, policy, now_unix)
+    let ask = Ask::new(cp, requester, policy, now_unix, Words::All);
+    with_next_action_if_denied(judge(&ask, op), &ask)
 }
 
 /// [`admit`] of deleting `m`, a Machine the caller holds by reference: the webhook's decoded
@@ -75,18 +73,16 @@ pub fn admit_deletion(
     policy: &Policy,
     now_unix: i64,
 ) -> Judgement {
-    let j = judge_deletion(cp, m, requester, policy, now_unix);
-    with_next_action_if_denied(j, cp, policy, now_unix)
+    let ask = Ask::new(cp, requester, policy, now_unix, Words::All);
+    with_next_action_if_denied(judge_deletion(&ask, m), &ask)
 }
 
-fn with_next_action_if_denied(
-    mut j: Judgement,
-    cp: &ControlPlane,
-    policy: &Policy,
-    now_unix: i64,
-) -> Judgement {
+fn with_next_action_if_denied(mut j: Judgement, ask: &Ask<'_>) -> Judgement {
     if !j.allowed {
-        append_next_action(&mut j.message, &next_action(cp, policy, now_unix));
+        append_next_action(
+            &mut j.message,
+            &next_action(ask.cp, ask.policy, ask.now_unix),
+        );
     }
     j
 }

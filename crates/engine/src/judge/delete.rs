@@ -6,16 +6,15 @@ use std::fmt;
 use super::*;
 
 /// The decision on deleting `m`, a Machine the caller holds by reference (no [`Operation`] to
-/// build, so no Machine to clone). With [`Words::DenialsOnly`], only `allowed` may be read of
-/// an allowed judgement.
-pub(crate) fn judge_delete(
-    cp: &ControlPlane,
-    m: &Machine,
-    requester: &Requester,
-    policy: &Policy,
-    now_unix: i64,
-    words: Words,
-) -> Judgement {
+/// build, so no Machine to clone). With `ask.words` [`Words::DenialsOnly`], only `allowed` may
+/// be read of an allowed judgement.
+pub(crate) fn judge_delete(ask: &Ask<'_>, m: &Machine) -> Judgement {
+    let Ask {
+        cp,
+        requester,
+        policy,
+        ..
+    } = *ask;
     let what = Named("Machine", &cp.kcp.namespace, &m.name);
     if !m.control_plane {
         return Judgement::allow(
@@ -56,7 +55,7 @@ pub(crate) fn judge_delete(
             ),
         );
     }
-    let j = judge_delete_rules(cp, m, requester, policy, now_unix, words);
+    let j = judge_delete_rules(ask, m);
     let break_glass = m.annotation(ANNOTATION_BREAK_GLASS).map(str::trim);
     match break_glass {
         Some(why) if !j.allowed && !why.is_empty() => {
@@ -86,29 +85,22 @@ pub(crate) fn judge_delete(
 }
 
 /// The quorum rule, then the desired-replicas rule.
-pub(super) fn judge_delete_rules(
-    cp: &ControlPlane,
-    m: &Machine,
-    requester: &Requester,
-    policy: &Policy,
-    now_unix: i64,
-    words: Words,
-) -> Judgement {
+pub(super) fn judge_delete_rules(ask: &Ask<'_>, m: &Machine) -> Judgement {
     // The desired-replicas rule has its say only when quorum allows. Its numbers come first, so
     // that a quorum verdict it overrules is not worded for nothing.
-    let shortfall = if policy.is_controller(requester) {
+    let shortfall = if ask.policy.is_controller(ask.requester) {
         None
     } else {
-        replicas_shortfall(cp, m)
+        replicas_shortfall(ask.cp, m)
     };
     let quorum_words = if shortfall.is_some() {
         Words::DenialsOnly
     } else {
-        words
+        ask.words
     };
-    let quorum_j = judge_delete_quorum(cp, m, requester, policy, now_unix, quorum_words);
+    let quorum_j = judge_delete_quorum(&ask.worded(quorum_words), m);
     match shortfall {
-        Some(s) if quorum_j.allowed => s.denial(cp, m).with_figures_opt(quorum_j.figures),
+        Some(s) if quorum_j.allowed => s.denial(ask.cp, m).with_figures_opt(quorum_j.figures),
         _ => quorum_j,
     }
 }
@@ -180,14 +172,14 @@ pub(crate) fn shrink_target(desired: usize) -> Option<usize> {
     (desired >= 5).then(|| desired - 2)
 }
 
-pub(super) fn judge_delete_quorum(
-    cp: &ControlPlane,
-    m: &Machine,
-    requester: &Requester,
-    policy: &Policy,
-    now_unix: i64,
-    words: Words,
-) -> Judgement {
+pub(super) fn judge_delete_quorum(ask: &Ask<'_>, m: &Machine) -> Judgement {
+    let Ask {
+        cp,
+        requester,
+        policy,
+        words,
+        ..
+    } = *ask;
     let what = Named("deleting Machine", &cp.kcp.namespace, &m.name);
     // An allowed verdict's message, when one is wanted.
     let say = |message: &dyn Fn() -> String| match words {
@@ -204,7 +196,7 @@ pub(super) fn judge_delete_quorum(
         );
     }
     if let EtcdState::Unknown { .. } = cp.etcd {
-        return unknown_health(&what, &unknown_etcd_detail(cp), requester, policy, None);
+        return unknown_health(ask, &what, &unknown_etcd_detail(cp), None);
     }
     let stale = is_stale(cp, policy);
     let Some(member) = cp.member_of(m) else {
@@ -282,7 +274,7 @@ pub(super) fn judge_delete_quorum(
     // and removing an unhealthy member is then the way out. A member about to join counts as
     // well: it votes before it is healthy, in any order with the removals.
     let me_health = quorum::effective_ref(member, stale);
-    let joining = pending_join(cp, m, requester, policy, now_unix);
+    let joining = pending_join(ask, m);
     let risk = quorum::added_risk(before, pending_tally, me_health, joining.is_some());
     let risk_without_join = match joining {
         Some(_) => quorum::added_risk(before, pending_tally, me_health, false),
@@ -359,13 +351,12 @@ pub(super) fn judge_delete_quorum(
             pending_note.push_str(&format!(" A new member is about to join: {j}."));
         }
         return unknown_health(
+            ask,
             &what,
             &format!(
                 "{}; it removes {member_desc}.{problems}{pending_note}",
                 figures.shown()
             ),
-            requester,
-            policy,
             Some(figures),
         );
     }
@@ -431,7 +422,7 @@ impl fmt::Display for Joining {
     }
 }
 
-/// A voting member about to join the etcd of `cp` while `m` is deleted: a young Machine without
+/// A voting member about to join the etcd of `ask.cp` while `m` is deleted: a young Machine without
 /// a member (within `--join-grace`), or, for a person's deletion, fewer Machines than
 /// spec.replicas without `m` (a scale-up admitted, or a replacement for `m`). A join already
 /// under way is in the member list (an unstarted member, a learner) and counted there; KCP adds
@@ -447,13 +438,14 @@ impl fmt::Display for Joining {
 ///   operations; `scale.go` `preflightChecks` waits on deleting Machines too), and it remediates
 ///   before it scales up, so the replacement comes after this deletion, never before or between
 ///   its steps. A Machine it already created (young, without a member) still counts.
-pub(super) fn pending_join(
-    cp: &ControlPlane,
-    m: &Machine,
-    requester: &Requester,
-    policy: &Policy,
-    now_unix: i64,
-) -> Option<Joining> {
+pub(super) fn pending_join(ask: &Ask<'_>, m: &Machine) -> Option<Joining> {
+    let Ask {
+        cp,
+        requester,
+        policy,
+        now_unix,
+        ..
+    } = *ask;
     if cp.join_style() == JoinStyle::Learner {
         return None;
     }

@@ -43,6 +43,42 @@ pub enum Operation {
     },
 }
 
+/// What every rule reads besides the operation itself: the control plane asked about, who
+/// asks, the policy, the present as Unix seconds (it tells a Machine still joining from one
+/// that never will; the snapshot's own age decides whether its health is stale), and which
+/// messages the answer needs. An entry point builds it once, and each rule passes it on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ask<'a> {
+    pub(crate) cp: &'a ControlPlane,
+    pub(crate) requester: &'a Requester,
+    pub(crate) policy: &'a Policy,
+    pub(crate) now_unix: i64,
+    pub(crate) words: Words,
+}
+
+impl<'a> Ask<'a> {
+    pub(crate) fn new(
+        cp: &'a ControlPlane,
+        requester: &'a Requester,
+        policy: &'a Policy,
+        now_unix: i64,
+        words: Words,
+    ) -> Self {
+        Ask {
+            cp,
+            requester,
+            policy,
+            now_unix,
+            words,
+        }
+    }
+
+    /// The same question, its answer needing `words`.
+    pub(crate) fn worded(self, words: Words) -> Self {
+        Ask { words, ..self }
+    }
+}
+
 /// Which messages a judgement needs. `next_action` asks only whether a deletion would be
 /// allowed, and a quorum verdict that the desired-replicas rule then overrules is never shown:
 /// an allowed judgement's message and warnings are not written for either.
@@ -52,46 +88,24 @@ pub(crate) enum Words {
     DenialsOnly,
 }
 
-/// The decision without the next action (which itself asks this function). `now_unix` tells a
-/// Machine still joining from one that never will.
-pub(crate) fn judge(
-    cp: &ControlPlane,
-    op: &Operation,
-    requester: &Requester,
-    policy: &Policy,
-    now_unix: i64,
-) -> Judgement {
+/// The decision without the next action (which itself asks this function), worded as
+/// `ask.words` says.
+pub(crate) fn judge(ask: &Ask<'_>, op: &Operation) -> Judgement {
     match op {
-        Operation::DeleteMachine(m) => judge_deletion(cp, m, requester, policy, now_unix),
+        Operation::DeleteMachine(m) => judge_deletion(ask, m),
         Operation::UpdateKcp {
             replicas_from,
             replicas_to,
             starts_rollout,
         } => with_tolerance_warning(
-            cp,
-            judge_update(
-                cp,
-                *replicas_from,
-                *replicas_to,
-                *starts_rollout,
-                requester,
-                policy,
-            ),
+            ask.cp,
+            judge_update(ask, *replicas_from, *replicas_to, *starts_rollout),
         ),
     }
 }
 
 /// [`judge`] of deleting `m`, a Machine the caller holds by reference (an [`Operation`] would
-/// own a clone of it), with every message written.
-pub(crate) fn judge_deletion(
-    cp: &ControlPlane,
-    m: &Machine,
-    requester: &Requester,
-    policy: &Policy,
-    now_unix: i64,
-) -> Judgement {
-    with_tolerance_warning(
-        cp,
-        judge_delete(cp, m, requester, policy, now_unix, Words::All),
-    )
+/// own a clone of it).
+pub(crate) fn judge_deletion(ask: &Ask<'_>, m: &Machine) -> Judgement {
+    with_tolerance_warning(ask.cp, judge_delete(ask, m))
 }
