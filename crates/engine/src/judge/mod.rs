@@ -9,12 +9,13 @@
 //!
 //! This module owns the question ([`Operation`]) and `judge`; its children own the rest:
 //! - [`verdict`]: the answer's types, the stable [`Reason`] codes and the quorum [`Figures`];
-//! - `delete`: the rules for deleting a control-plane Machine (quorum, desired replicas,
-//!   members about to join);
+//! - `delete`: the rules for deleting a control-plane Machine (the unconditional allows,
+//!   desired replicas, members about to join), and `removal` its quorum rule;
 //! - `replicas`: the rules for changing `spec.replicas` or starting a rollout;
 //! - `words`: how members, objects and unknown health are named in messages.
 
 mod delete;
+mod removal;
 mod replicas;
 pub mod verdict;
 mod words;
@@ -24,6 +25,7 @@ use crate::model::*;
 use crate::quorum::{self, Safety, Tally, quorum};
 pub(crate) use delete::judge_delete;
 use delete::*;
+use removal::*;
 use replicas::*;
 pub use verdict::{Figures, Judgement, Reason};
 use words::*;
