@@ -202,7 +202,7 @@ fn open_difference(p: &Preflight, played: &Played) -> Option<&'static str> {
 }
 
 /// A documented difference, left out: preflight judges a Machine without a node by its age
-/// (rollout.rs, "the play"): past `--join-grace` (or `--learner-grace` for a learner) its join
+/// (rollout/join.rs, the play's join step): past `--join-grace` (or `--learner-grace` for a learner) its join
 /// is taken as stopped, within it as going on, as the next action does; the guard sees no more.
 /// In the model, a join stops (`JoinStops`, `JoinStopsAfterAdd`, or its member removed:
 /// kubeadm adds no other) or goes on whatever the time (`GraceExpires` only ages the Machines).

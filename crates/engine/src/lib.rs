@@ -7,6 +7,7 @@ pub mod decide;
 pub mod etcd_version;
 pub mod fresh;
 pub mod joins;
+pub mod judge;
 pub mod kcp;
 pub mod model;
 pub mod next_action;

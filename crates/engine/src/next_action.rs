@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::decide::{Reason, Words, judge_delete};
+use super::judge::{Ask, Reason, Words, judge_delete};
 use super::model::*;
 use super::quorum::{self, Safety, Tally};
 use super::remediation::{self, Coverage};
@@ -177,7 +177,7 @@ pub(crate) fn human() -> Requester {
 
 /// Whether deleting `m` would be allowed (only the answer: no message is written for it).
 fn allowed(cp: &ControlPlane, m: &Machine, r: &Requester, policy: &Policy, now_unix: i64) -> bool {
-    judge_delete(cp, m, r, policy, now_unix, Words::DenialsOnly).allowed
+    judge_delete(&Ask::new(cp, r, policy, now_unix, Words::DenialsOnly), m).allowed
 }
 
 /// What is wrong with a Machine KCP should replace.
@@ -842,7 +842,10 @@ fn refused_remediation(
         .filter(|m| m.annotation(ANNOTATION_REMEDIATE).is_some())
         .filter(|m| remediation::may_remediate(cp, m))
         .min_by_key(|m| kcp_healthy(m))?;
-    let j = judge_delete(cp, m, &controller(policy), policy, now_unix, Words::All);
+    let j = judge_delete(
+        &Ask::new(cp, &controller(policy), policy, now_unix, Words::All),
+        m,
+    );
     if j.allowed || j.reason == Reason::PendingJoin {
         return None;
     }

@@ -1,42 +1,27 @@
-//! Operation -> Verdict: whether a Machine deletion or a KCP change keeps etcd quorum and the
-//! KCP's desired replicas, and what to tell the person who asked.
+//! Operation -> Verdict: the judgement of an operation ([`judge`](mod@crate::judge)) with the
+//! single next safe action ([`next_action`](mod@crate::next_action)), which a denial's message
+//! ends with.
 //!
-//! This module owns the entry points ([`decide`], [`admit`], [`admit_deletion`]) and the
-//! question ([`Operation`]); its children own the rest:
-//! - [`verdict`]: the answer's types, the stable [`Reason`] codes and the quorum [`Figures`];
-//! - `delete`: the rules for deleting a control-plane Machine (quorum, desired replicas,
-//!   members about to join);
-//! - `replicas`: the rules for changing `spec.replicas` or starting a rollout;
-//! - `words`: how members, objects and unknown health are named in messages.
+//! This module owns the entry points ([`decide`], [`admit`], [`admit_deletion`]) and the full
+//! answer ([`Verdict`]). It sits above both layers it combines: `decide` -> `next_action` ->
+//! `judge`, and `decide` -> `judge`; neither of them reads this module.
 
-mod delete;
-mod replicas;
-pub mod verdict;
-mod words;
+use crate::judge::{Ask, Words, judge, judge_deletion};
+pub use crate::judge::{Figures, Judgement, Operation, Reason};
+use crate::model::*;
+use crate::next_action::{NextAction, next_action};
 
-use super::joins::JoinStyle;
-use super::model::*;
-use super::next_action::{NextAction, next_action};
-use super::quorum::{self, Safety, Tally, quorum};
-pub(crate) use delete::judge_delete;
-use delete::*;
-use replicas::*;
-pub use verdict::{Figures, Judgement, Reason, Verdict};
-use words::*;
-
-/// What someone asks to do to a control plane.
+/// The answer to one operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Operation {
-    /// Delete this Machine. The value is the Machine as the request carries it; it stands in for
-    /// the cached one of the same name (the cache may lag behind).
-    DeleteMachine(Machine),
-    /// Change the KCP: `spec.replicas` from -> to (equal when unchanged), and whether the change
-    /// starts a rollout (version, kubeadmConfigSpec or machineTemplate changed).
-    UpdateKcp {
-        replicas_from: u32,
-        replicas_to: u32,
-        starts_rollout: bool,
-    },
+pub struct Verdict {
+    pub allowed: bool,
+    pub reason: Reason,
+    /// Names the objects and the numbers, and for a denial the safe next step.
+    pub message: String,
+    pub warnings: Vec<String>,
+    /// Absent when quorum did not enter the decision (unconditional allows, unknown etcd).
+    pub figures: Option<Figures>,
+    pub next_action: NextAction,
 }
 
 /// Decides one operation. `now_unix` is the present as Unix seconds (for the next action's
@@ -48,7 +33,8 @@ pub fn decide(
     policy: &Policy,
     now_unix: i64,
 ) -> Verdict {
-    let mut j = judge(cp, op, requester, policy, now_unix);
+    let ask = Ask::new(cp, requester, policy, now_unix, Words::All);
+    let mut j = judge(&ask, op);
     let next = next_action(cp, policy, now_unix);
     if !j.allowed {
         append_next_action(&mut j.message, &next);
@@ -74,11 +60,8 @@ pub fn admit(
     policy: &Policy,
     now_unix: i64,
 ) -> Judgement {
-    let j = match op {
-        Operation::DeleteMachine(m) => return admit_deletion(cp, m, requester, policy, now_unix),
-        Operation::UpdateKcp { .. } => judge(cp, op, requester, policy, now_unix),
-    };
-    with_next_action_if_denied(j, cp, policy, now_unix)
+    let ask = Ask::new(cp, requester, policy, now_unix, Words::All);
+    with_next_action_if_denied(judge(&ask, op), &ask)
 }
 
 /// [`admit`] of deleting `m`, a Machine the caller holds by reference: the webhook's decoded
@@ -90,21 +73,16 @@ pub fn admit_deletion(
     policy: &Policy,
     now_unix: i64,
 ) -> Judgement {
-    let j = with_tolerance_warning(
-        cp,
-        judge_delete(cp, m, requester, policy, now_unix, Words::All),
-    );
-    with_next_action_if_denied(j, cp, policy, now_unix)
+    let ask = Ask::new(cp, requester, policy, now_unix, Words::All);
+    with_next_action_if_denied(judge_deletion(&ask, m), &ask)
 }
 
-fn with_next_action_if_denied(
-    mut j: Judgement,
-    cp: &ControlPlane,
-    policy: &Policy,
-    now_unix: i64,
-) -> Judgement {
+fn with_next_action_if_denied(mut j: Judgement, ask: &Ask<'_>) -> Judgement {
     if !j.allowed {
-        append_next_action(&mut j.message, &next_action(cp, policy, now_unix));
+        append_next_action(
+            &mut j.message,
+            &next_action(ask.cp, ask.policy, ask.now_unix),
+        );
     }
     j
 }
@@ -114,45 +92,4 @@ fn with_next_action_if_denied(
 fn append_next_action(message: &mut String, next: &NextAction) {
     message.push_str("\nNext safe action: ");
     message.push_str(&next.message);
-}
-
-/// Which messages a judgement needs. `next_action` asks only whether a deletion would be
-/// allowed, and a quorum verdict that the desired-replicas rule then overrules is never shown:
-/// an allowed judgement's message and warnings are not written for either.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Words {
-    All,
-    DenialsOnly,
-}
-
-/// The decision without the next action (which itself asks this function). `now_unix` tells a
-/// Machine still joining from one that never will.
-pub(crate) fn judge(
-    cp: &ControlPlane,
-    op: &Operation,
-    requester: &Requester,
-    policy: &Policy,
-    now_unix: i64,
-) -> Judgement {
-    match op {
-        Operation::DeleteMachine(m) => with_tolerance_warning(
-            cp,
-            judge_delete(cp, m, requester, policy, now_unix, Words::All),
-        ),
-        Operation::UpdateKcp {
-            replicas_from,
-            replicas_to,
-            starts_rollout,
-        } => with_tolerance_warning(
-            cp,
-            judge_update(
-                cp,
-                *replicas_from,
-                *replicas_to,
-                *starts_rollout,
-                requester,
-                policy,
-            ),
-        ),
-    }
 }

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::decide::judge;
+use crate::judge::{Ask, Words, judge};
 use crate::quorum::quorum;
 use crate::testkit::*;
 use crate::*;
@@ -157,7 +157,10 @@ fn check_state(
     let mut controller_can_delete = false;
     for m in &c.machines {
         for who in [hum, ctl] {
-            let j = judge(&c, &Operation::DeleteMachine(m.clone()), who, policy, NOW);
+            let j = judge(
+                &Ask::new(&c, who, policy, NOW, Words::All),
+                &Operation::DeleteMachine(m.clone()),
+            );
             st.deletions += 1;
             let member = by_machine[&m.name];
             if j.allowed {
@@ -269,7 +272,7 @@ fn check_state(
             replicas_to: to,
             starts_rollout: false,
         };
-        let j = judge(&c, &op, hum, policy, NOW);
+        let j = judge(&Ask::new(&c, hum, policy, NOW, Words::All), &op);
         advice_keeps_tolerance(&j.message, all, v_count, replicas, &ctx);
         st.replica_changes += 1;
         if j.allowed {
@@ -344,7 +347,11 @@ fn check_state(
         ActionCode::DeleteMachine => {
             let m = c.machine(target.expect("target")).expect("machine").clone();
             assert!(
-                judge(&c, &Operation::DeleteMachine(m), hum, policy, NOW).allowed,
+                judge(
+                    &Ask::new(&c, hum, policy, NOW, Words::All),
+                    &Operation::DeleteMachine(m)
+                )
+                .allowed,
                 "{}",
                 ctx()
             );
@@ -352,7 +359,11 @@ fn check_state(
         ActionCode::RemediateMachine => {
             let m = c.machine(target.expect("target")).expect("machine").clone();
             assert!(
-                judge(&c, &Operation::DeleteMachine(m), ctl, policy, NOW).allowed,
+                judge(
+                    &Ask::new(&c, ctl, policy, NOW, Words::All),
+                    &Operation::DeleteMachine(m)
+                )
+                .allowed,
                 "{}",
                 ctx()
             );

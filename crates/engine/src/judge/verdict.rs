@@ -230,21 +230,9 @@ impl fmt::Display for Sentence<'_> {
     }
 }
 
-/// The answer to one operation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    pub allowed: bool,
-    pub reason: Reason,
-    /// Names the objects and the numbers, and for a denial the safe next step.
-    pub message: String,
-    pub warnings: Vec<String>,
-    /// Absent when quorum did not enter the decision (unconditional allows, unknown etcd).
-    pub figures: Option<Figures>,
-    pub next_action: NextAction,
-}
-
-/// A verdict without the next action: what the webhook answers with ([`admit`]), and what
-/// `next_action` itself evaluates with. A denial's message still ends with the next safe action.
+/// A verdict without the next action: what the webhook answers with ([`crate::admit`]), and
+/// what `next_action` itself evaluates with. A denial's message still ends with the next safe
+/// action.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Judgement {
     pub allowed: bool,

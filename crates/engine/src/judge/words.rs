@@ -115,12 +115,14 @@ impl fmt::Display for NotHealthy<'_> {
 
 /// The outcome when safety cannot be proven: deny, or allow with a warning, per policy.
 pub(super) fn unknown_health(
+    ask: &Ask<'_>,
     what: &dyn fmt::Display,
     detail: &dyn fmt::Display,
-    requester: &Requester,
-    policy: &Policy,
     figures: Option<Figures>,
 ) -> Judgement {
+    let Ask {
+        requester, policy, ..
+    } = *ask;
     let fresher = if policy.offline {
         "Take the dumps again with the endpoint status and health included (`etcdctl endpoint status --cluster -w json`, `etcdctl endpoint health --cluster -w json`) and judge again"
     } else {

@@ -3,14 +3,8 @@
 
 use super::*;
 
-pub(super) fn judge_update(
-    cp: &ControlPlane,
-    from: u32,
-    to: u32,
-    starts_rollout: bool,
-    requester: &Requester,
-    policy: &Policy,
-) -> Judgement {
+pub(super) fn judge_update(ask: &Ask<'_>, from: u32, to: u32, starts_rollout: bool) -> Judgement {
+    let Ask { cp, policy, .. } = *ask;
     let kcp = cp.kcp_shown();
     if cp.cluster.deleting {
         return Judgement::allow(
@@ -47,16 +41,15 @@ pub(super) fn judge_update(
         )
     } else if let EtcdState::Unknown { .. } = cp.etcd {
         unknown_health(
+            ask,
             &format!("changing spec.replicas of KubeadmControlPlane {kcp} from {from} to {to}"),
             &unknown_etcd_detail(cp),
-            requester,
-            policy,
             None,
         )
     } else if to < from {
-        judge_scale_down(cp, from, to, requester, policy)
+        judge_scale_down(ask, from, to)
     } else {
-        judge_scale_up(cp, from, to, requester, policy)
+        judge_scale_up(ask, from, to)
     };
     if starts_rollout && j.allowed {
         if j.reason == Reason::NoReplicaChange {
@@ -150,13 +143,8 @@ pub(super) fn worst_first_rank(h: HealthRef<'_>) -> u8 {
     }
 }
 
-pub(super) fn judge_scale_down(
-    cp: &ControlPlane,
-    from: u32,
-    to: u32,
-    requester: &Requester,
-    policy: &Policy,
-) -> Judgement {
+pub(super) fn judge_scale_down(ask: &Ask<'_>, from: u32, to: u32) -> Judgement {
+    let Ask { cp, policy, .. } = *ask;
     let kcp = cp.kcp_shown();
     let what = format!("scaling KubeadmControlPlane {kcp} from {from} to {to} replicas");
     let stale = is_stale(cp, policy);
@@ -240,22 +228,16 @@ pub(super) fn judge_scale_down(
         )
         .with_figures(figures),
         Safety::Unknown => unknown_health(
+            ask,
             &what,
             &format!("{}.{problems}", figures.shown()),
-            requester,
-            policy,
             Some(figures),
         ),
     }
 }
 
-pub(super) fn judge_scale_up(
-    cp: &ControlPlane,
-    from: u32,
-    to: u32,
-    requester: &Requester,
-    policy: &Policy,
-) -> Judgement {
+pub(super) fn judge_scale_up(ask: &Ask<'_>, from: u32, to: u32) -> Judgement {
+    let Ask { cp, policy, .. } = *ask;
     if cp.join_style() == JoinStyle::Learner {
         return judge_scale_up_learner(cp, from, to, policy);
     }
@@ -310,7 +292,7 @@ pub(super) fn judge_scale_up(
             figures.shown()
         );
         return match after_leaving {
-            Safety::Unknown => unknown_health(&what, &detail, requester, policy, Some(figures)),
+            Safety::Unknown => unknown_health(ask, &what, &detail, Some(figures)),
             _ => Judgement::deny(
                 Reason::ScaleUpWouldLoseQuorum,
                 format!("{detail} Wait for those deletions to finish, then scale."),
@@ -350,10 +332,9 @@ pub(super) fn judge_scale_up(
         )
         .with_figures(figures),
         Safety::Unknown => unknown_health(
+            ask,
             &what,
             &format!("{}.{problems}", figures.shown()),
-            requester,
-            policy,
             Some(figures),
         ),
     }
