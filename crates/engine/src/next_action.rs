@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::judge::{Ask, Reason, Words, judge_delete};
+use super::judge::{Ask, Reason, Words, judge_delete, replicas};
 use super::model::*;
 use super::quorum::{self, Safety, Tally};
 use super::remediation::{self, Coverage};
@@ -544,9 +544,10 @@ fn next_action_unpaused(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> Ne
                 return NextAction::new(
                     ActionCode::DeleteMachine,
                     format!(
-                        "Delete Machine {ns}/{} to finish the interrupted step: it has a node but its etcd member is already gone, and KubeadmControlPlane {kcp} has {} Machines for {desired} replicas.",
+                        "Delete Machine {ns}/{} to finish the interrupted step: it has a node but its etcd member is already gone, and KubeadmControlPlane {kcp} has {} Machines for {}.",
                         m.name,
-                        active.len()
+                        active.len(),
+                        replicas(desired)
                     ),
                 )
                 .with(m.name.clone(), Some(cmd));
@@ -591,6 +592,16 @@ fn next_action_unpaused(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> Ne
             quorum::removal(tally, removed) != Safety::Safe
         });
         let Some(member) = stuck else {
+            if cp.member_of(m).is_none() {
+                return NextAction::new(
+                    ActionCode::WaitForDeletion,
+                    format!(
+                        "Wait for KCP to finish deleting Machine {ns}/{}: its etcd member is already gone, so KCP drains the node and deletes the Machine.",
+                        m.name
+                    ),
+                )
+                .with(m.name.clone(), None);
+            }
             return NextAction::new(
                 ActionCode::WaitForDeletion,
                 format!(
@@ -784,8 +795,9 @@ fn next_action_unpaused(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> Ne
         return NextAction::new(
             ActionCode::WaitForRollout,
             format!(
-                "Wait for KCP to finish scaling: KubeadmControlPlane {kcp} has {} Machines for {desired} replicas (it adds or removes one Machine at a time, each new one within --join-grace {join_grace})",
-                active.len()
+                "Wait for KCP to finish scaling: KubeadmControlPlane {kcp} has {} Machines for {} (it adds or removes one Machine at a time, each new one within --join-grace {join_grace})",
+                active.len(),
+                replicas(desired)
             ),
         );
     }

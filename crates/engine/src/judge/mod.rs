@@ -20,6 +20,8 @@ mod replicas;
 pub mod verdict;
 mod words;
 
+use std::fmt;
+
 use crate::joins::JoinStyle;
 use crate::model::*;
 use crate::quorum::{self, Safety, Tally, quorum};
@@ -110,4 +112,14 @@ pub(crate) fn judge(ask: &Ask<'_>, op: &Operation) -> Judgement {
 /// own a clone of it).
 pub(crate) fn judge_deletion(ask: &Ask<'_>, m: &Machine) -> Judgement {
     with_tolerance_warning(ask.cp, judge_delete(ask, m))
+}
+
+/// A replica count as words read it: "1 replica", "3 replicas".
+pub(crate) fn replicas(n: impl fmt::Display) -> String {
+    let n = n.to_string();
+    if n == "1" {
+        "1 replica".to_string()
+    } else {
+        format!("{n} replicas")
+    }
 }

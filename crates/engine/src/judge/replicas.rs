@@ -146,7 +146,10 @@ pub(super) fn worst_first_rank(h: HealthRef<'_>) -> u8 {
 pub(super) fn judge_scale_down(ask: &Ask<'_>, from: u32, to: u32) -> Judgement {
     let Ask { cp, policy, .. } = *ask;
     let kcp = cp.kcp_shown();
-    let what = format!("scaling KubeadmControlPlane {kcp} from {from} to {to} replicas");
+    let what = format!(
+        "scaling KubeadmControlPlane {kcp} from {from} to {}",
+        super::replicas(to)
+    );
     let stale = is_stale(cp, policy);
     let before = Tally::of(cp.members(), stale);
     let active: Vec<&Machine> = cp
@@ -219,10 +222,11 @@ pub(super) fn judge_scale_down(ask: &Ask<'_>, from: u32, to: u32) -> Judgement {
         Safety::Unsafe => Judgement::deny(
             Reason::ScaleDownWouldLoseQuorum,
             format!(
-                "{what} could lose etcd quorum.\nIn the worst case KCP removes {which}, leaving {} healthy of {} voting members, quorum {} (and {quorum_of_target} for {to} replicas); {}.{problems} Make the unhealthy members healthy or remediate them first, or annotate the Machines to remove with {ANNOTATION_DELETE_MACHINE}.",
+                "{what} could lose etcd quorum.\nIn the worst case KCP removes {which}, leaving {} healthy of {} voting members, quorum {} (and {quorum_of_target} for {}); {}.{problems} Make the unhealthy members healthy or remediate them first, or annotate the Machines to remove with {ANNOTATION_DELETE_MACHINE}.",
                 after.healthy,
                 after.voting(),
                 quorum(after.voting()),
+                super::replicas(to),
                 figures.shown()
             ),
         )
@@ -242,7 +246,10 @@ pub(super) fn judge_scale_up(ask: &Ask<'_>, from: u32, to: u32) -> Judgement {
         return judge_scale_up_learner(cp, from, to, policy);
     }
     let kcp = cp.kcp_shown();
-    let what = format!("scaling KubeadmControlPlane {kcp} from {from} to {to} replicas");
+    let what = format!(
+        "scaling KubeadmControlPlane {kcp} from {from} to {}",
+        super::replicas(to)
+    );
     let stale = is_stale(cp, policy);
     let before = Tally::of(cp.members(), stale);
     let after = Tally {
@@ -350,7 +357,10 @@ pub(super) fn judge_scale_up(ask: &Ask<'_>, from: u32, to: u32) -> Judgement {
 /// voting member (etcd `mayAddMember`; docs/rules.md has the versions).
 fn judge_scale_up_learner(cp: &ControlPlane, from: u32, to: u32, policy: &Policy) -> Judgement {
     let kcp = cp.kcp_shown();
-    let what = format!("scaling KubeadmControlPlane {kcp} from {from} to {to} replicas");
+    let what = format!(
+        "scaling KubeadmControlPlane {kcp} from {from} to {}",
+        super::replicas(to)
+    );
     let stale = is_stale(cp, policy);
     let before = Tally::of(cp.members(), stale);
     let figures = Figures::new(before, before);

@@ -197,8 +197,8 @@ fn next_for(
             NextAction {
                 code: ActionCode::None,
                 message: format!(
-                    "KubeadmControlPlane {kcp} has {} replicas: a member failure during the rollout loses quorum. Scale it to 3 first (`{command}`), wait for the new members, then roll out.",
-                    cp.kcp.replicas
+                    "KubeadmControlPlane {kcp} has {}: a member failure during the rollout loses quorum. Scale it to 3 first (`{command}`), wait for the new members, then roll out.",
+                    crate::judge::replicas(cp.kcp.replicas)
                 ),
                 command: Some(command),
                 target: None,

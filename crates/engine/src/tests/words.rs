@@ -294,3 +294,36 @@ fn a_replica_count_kcp_refuses_is_called_what_kcp_does() {
         }
     });
 }
+
+/// A next action that waits on the deletion of a Machine whose etcd member is already gone
+/// does not say KCP "removes the etcd member": there is none left to remove.
+#[test]
+fn a_deletion_without_a_member_is_not_said_to_remove_one() {
+    let mut c = cp(3, &[("a", healthy()), ("b", healthy()), ("c", healthy())]);
+    add_machine(&mut c, "gone");
+    machine_mut(&mut c, "gone").deleting = true;
+    let a = next(&c);
+    assert_eq!(a.code, ActionCode::WaitForDeletion, "{a:?}");
+    assert_eq!(a.target.as_deref(), Some("gone"), "{a:?}");
+    assert!(
+        !a.message.contains("removes the etcd member") && a.message.contains("already gone"),
+        "{:?}",
+        a.message
+    );
+}
+
+/// One replica is "1 replica".
+#[test]
+fn one_replica_is_singular() {
+    let n = for_every_state(|c, ctx| {
+        if c.kcp.replicas != 1 {
+            return;
+        }
+        let p = crate::rollout::preflight(c, &Policy::default(), NOW);
+        let a = next(c);
+        for text in [p.next_action.message.as_str(), a.message.as_str()] {
+            assert!(!text.contains(" 1 replicas"), "{text:?}\n{ctx}");
+        }
+    });
+    assert!(n > 100_000, "only {n} states");
+}
