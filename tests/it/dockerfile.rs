@@ -204,6 +204,7 @@ fn run(mut command: Command) -> (bool, String) {
 
 #[test]
 fn the_build_stage_copies_a_workspace_that_cargo_accepts_and_checks() {
+    let _busy = testkit::etcd::busy();
     let dir = std::env::temp_dir().join(format!("qg-dockerfile-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");

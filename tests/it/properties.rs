@@ -699,6 +699,7 @@ proptest! {
     /// teardown identity; the next action never panics either.
     #[test]
     fn allowed_deletions_keep_quorum(w in world(), who in requester(), policy in policy()) {
+        let _busy = ::testkit::etcd::busy();
         let cp = build(&w);
         let mut targets = cp.machines.clone();
         targets.push(Machine::new("not-cached"));
@@ -726,6 +727,7 @@ proptest! {
         who in requester(),
         policy in policy(),
     ) {
+        let _busy = ::testkit::etcd::busy();
         let cp = build(&w);
         let op = Operation::UpdateKcp { replicas_from: from, replicas_to: to, starts_rollout: rollout };
         let v = decide(&cp, &op, &who, &policy, NOW);
@@ -934,6 +936,7 @@ proptest! {
     /// other one.
     #[test]
     fn structured_reviews_are_answered((endpoint, r) in structured_review()) {
+        let _busy = ::testkit::etcd::busy();
         let body = serde_json::to_vec(&r).expect("json");
         review_path(endpoint, &body)?;
         let other = match endpoint {
@@ -950,6 +953,7 @@ proptest! {
         file in prop::sample::select(FIXTURES.to_vec()),
         picks in prop::collection::vec((any::<prop::sample::Index>(), any::<bool>(), odd_value()), 1..=4),
     ) {
+        let _busy = ::testkit::etcd::busy();
         let mut r = fixture(file);
         for (pick, remove, odd) in picks {
             let mut all = Vec::new();
@@ -972,6 +976,7 @@ proptest! {
         file in prop::sample::select(FIXTURES.to_vec()),
         cut in any::<prop::sample::Index>(),
     ) {
+        let _busy = ::testkit::etcd::busy();
         review_path(Endpoint::Machines, &bytes)?;
         let body = serde_json::to_vec(&fixture(file)).expect("json");
         let cut = &body[..cut.index(body.len())];
@@ -1181,12 +1186,14 @@ proptest! {
     /// Random etcdctl outputs and mangled object dumps never make `check` panic.
     #[test]
     fn random_dumps_never_panic(d in dumps_strategy(), optional in any::<[bool; 3]>()) {
+        let _busy = ::testkit::etcd::busy();
         check_dumps(&d, optional)?;
     }
 
     /// Arbitrary text given to each parser is parsed or refused, never a panic.
     #[test]
     fn arbitrary_text_is_parsed_or_refused(text in "\\PC{0,120}", alarm in "(memberID:[0-9a-fx]{0,20} alarm:[A-Z]{0,8}\n){0,3}") {
+        let _busy = ::testkit::etcd::busy();
         let _ = etcdctl::parse_member_list(&text);
         let _ = etcdctl::parse_endpoint_status(&text);
         let _ = etcdctl::parse_endpoint_health(&text);

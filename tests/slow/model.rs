@@ -119,6 +119,7 @@ fn threads() -> usize {
 /// Checks every property over every reachable state and fails with the counterexample of any
 /// that does not hold.
 fn check_all(name: &str, cfg: Config) {
+    let _busy = testkit::etcd::busy();
     let started = Instant::now();
     // QG_MODEL_NO_CROSS_CHECK leaves the cross-check of preflight out (to time it).
     let model = if std::env::var_os("QG_MODEL_NO_CROSS_CHECK").is_some() {
@@ -201,6 +202,7 @@ fn check_all(name: &str, cfg: Config) {
 
 /// Runs until `property` fails, and returns the printed counterexample.
 fn find(property: &'static str, cfg: Config) -> String {
+    let _busy = testkit::etcd::busy();
     let started = Instant::now();
     let model = Checked::new(cfg);
     let checker = model

@@ -1,9 +1,10 @@
 //! The tests' etcd: [`quorumguard::playground::etcd::EtcdCluster`] (a real etcd cluster on
 //! 127.0.0.1 with TLS; see there), with what only tests want on top:
 //!
-//! - At most one cluster runs per test binary at a time (a global slot held by the cluster): the
-//!   machines are 2-core, and etcd's 500 ms election timeout must not be starved into spurious
-//!   elections by parallel tests. For the same reason, 1 to 4 members.
+//! - At most one cluster runs per test process (one binary) at a time (a global slot held by the
+//!   cluster): the machines are 2-core, and etcd's 500 ms election timeout must not be starved
+//!   into spurious elections by parallel tests. For the same reason, 1 to 4 members, and a test
+//!   that keeps the cores busy holds the slot too ([`busy`]).
 //! - Every failure fails the test: the methods below are the library's, panicking with its
 //!   error (which names the member, its port and its log) instead of returning it. The rest of
 //!   the library's methods are reached through `Deref`.
@@ -56,6 +57,13 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// hold it while that cluster runs.
 pub fn slot() -> MutexGuard<'static, ()> {
     SLOT.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// For a test that keeps the cores busy (a model check, thousands of property cases, a cargo
+/// build): it holds the slot while it computes, so it runs while no etcd cluster of this process
+/// does and starves no cluster's election timeout (the tests of one binary run at once).
+pub fn busy() -> MutexGuard<'static, ()> {
+    slot()
 }
 
 /// A running test cluster. Index `i` is member `m{i+1}` (or the name given to a learner).
