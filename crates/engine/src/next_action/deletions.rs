@@ -32,8 +32,7 @@ pub(super) fn leftover_machine(ctx: &Ctx) -> Option<NextAction> {
     None
 }
 
-/// A Machine is being deleted: wait for KCP to finish it, or bring back what its member's
-/// leaving waits for.
+/// A Machine is being deleted: wait for KCP, or bring back what its member's leaving needs.
 pub(super) fn deletion_in_flight(ctx: &Ctx) -> Option<NextAction> {
     let (cp, ns, members, tally, stale) = (ctx.cp, ctx.ns, ctx.members, ctx.tally, ctx.stale);
     // A deletion in flight blocks KCP's other work until it completes.

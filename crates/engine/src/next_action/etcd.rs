@@ -20,6 +20,8 @@ pub(super) fn unknown_members(cp: &ControlPlane, reason: &str) -> NextAction {
 /// history up to the current revision, defragment every member, disarm the alarm.
 pub const FREE_SPACE_COMMAND: &str = "rev=$(etcdctl endpoint status -w json | grep -o '\"revision\":[0-9]*' | head -1 | cut -d: -f2) && etcdctl compact \"$rev\" && etcdctl defrag --cluster && etcdctl alarm disarm";
 
+/// A member raised a NOSPACE alarm and quorum holds: free space.
+///
 /// A NOSPACE alarm: the whole cluster refuses writes until space is freed and the alarm
 /// disarmed, and a new member would receive the same data. A NOSPACE alarm does not make a
 /// member unhealthy (raft keeps its quorum: [`Member::effective_health`]), so this is named

@@ -5,8 +5,7 @@ use super::{ActionCode, Ctx, NextAction};
 use crate::model::{HealthRef, Member};
 use crate::quorum::{self, Tally};
 
-/// A learner (not known unhealthy): wait while it may be catching up, then promote it when
-/// healthy and caught up, or check it when its health is unknown.
+/// A learner not known unhealthy: wait for it, promote it, or check its health.
 pub(super) fn learners(ctx: &Ctx) -> Option<NextAction> {
     let (cp, kcp, ns, clock, policy) = (ctx.cp, &ctx.kcp, ctx.ns, &ctx.clock, ctx.policy);
     let (members, memberless, tally, stale) = (ctx.members, &ctx.memberless, ctx.tally, ctx.stale);

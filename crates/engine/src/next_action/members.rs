@@ -4,8 +4,7 @@ use super::{ActionCode, Ctx, NextAction};
 use crate::model::Member;
 use crate::quorum::{self, Safety, Tally};
 
-/// An added member that has not started: wait while a Machine may still be joining with it,
-/// remove it once none can.
+/// A member added but never started: wait while a Machine may join with it, else remove it.
 pub(super) fn unstarted_members(ctx: &Ctx) -> Option<NextAction> {
     let (kcp, ns, clock, policy) = (&ctx.kcp, ctx.ns, &ctx.clock, ctx.policy);
     let (members, memberless, tally, keep, stale) =

@@ -33,8 +33,7 @@ impl fmt::Display for Problem<'_> {
     }
 }
 
-/// KCP is remediating a Machine and the guard refuses that deletion for a reason with no end of
-/// its own: name what unblocks KCP.
+/// KCP remediates a Machine whose deletion the guard refuses for good: what unblocks KCP.
 ///
 /// Cluster API v1.14 remediates before anything else, ends its reconcile when the API server
 /// refuses a remediation's deletion (`remediation.go` returns the error), then tries the same
@@ -119,9 +118,7 @@ pub(super) fn refused_remediation(ctx: &Ctx) -> Option<NextAction> {
     )
 }
 
-/// A Machine whose member is unhealthy, a stalled learner, or that never got a member, whose
-/// deletion KCP may make: ask KCP to replace it (or, when no MachineHealthCheck would pass it
-/// on, enable remediation).
+/// A Machine KCP should replace and may delete: ask KCP to replace it (or enable remediation).
 pub(super) fn remediate(ctx: &Ctx) -> Option<NextAction> {
     let (cp, ns, clock, policy, now_unix) = (ctx.cp, ctx.ns, &ctx.clock, ctx.policy, ctx.now_unix);
     let (active, members, tally, stale) = (&ctx.active, ctx.members, ctx.tally, ctx.stale);
