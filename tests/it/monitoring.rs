@@ -530,7 +530,8 @@ fn runbook() -> String {
 
 /// The next-action codes, as the engine writes them (`ActionCode::X => "X"`).
 fn action_codes() -> BTreeSet<String> {
-    let src = fs::read_to_string(root().join("crates/engine/src/next_action.rs")).expect("engine");
+    let src =
+        fs::read_to_string(root().join("crates/engine/src/next_action/mod.rs")).expect("engine");
     let codes: BTreeSet<String> = src
         .lines()
         .filter_map(|l| l.trim().strip_prefix("ActionCode::"))
