@@ -19,7 +19,6 @@ mod etcd_portforward;
 mod etcd_prober;
 mod events;
 mod faults;
-mod leader_changes;
 mod live_health;
 mod manifests;
 mod monitoring;

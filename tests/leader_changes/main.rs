@@ -17,6 +17,11 @@
 //! 2. restart the leader's process (SIGKILL, then start it from its data dir);
 //! 3. `etcdctl move-leader` to another member (a graceful handover);
 //! 4. SIGSTOP the leader for less than the guard's confirmation window, then SIGCONT.
+//!
+//! A binary of its own. In `tests/it`, overlapping with the tests there, it failed in two of
+//! three runs (a member published unhealthy while the test kept it up); alone, as in every CI
+//! run before the tests were merged, it holds. Why the overlap makes the guard say so is not
+//! found yet: it may be a true weakness of a guard short of CPU, not only of the test.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
