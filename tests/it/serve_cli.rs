@@ -1,7 +1,7 @@
 //! `quorumguard serve` as a process: flags, JSON logs with one line per review, and SIGTERM.
 
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,10 +19,9 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// A free loopback address below the ephemeral range (serve binds it a moment later).
 fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
+    quorumguard::playground::ports::free_addr().expect("a free port")
 }
 
 #[test]

@@ -41,6 +41,7 @@ pub mod child;
 pub mod cli;
 pub mod etcd;
 pub mod kcp;
+pub mod ports;
 pub mod prediction;
 pub mod realapi;
 pub mod scenarios;

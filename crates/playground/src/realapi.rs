@@ -21,7 +21,7 @@ mod crds;
 mod pki;
 mod proc;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -188,10 +188,7 @@ fn on_path(name: &str) -> Option<PathBuf> {
 
 /// A port free on 127.0.0.1 right now.
 pub fn free_port() -> Result<u16, RealApiError> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(RealApiError::Port)
+    crate::ports::free_port().map_err(RealApiError::Port)
 }
 
 /// Base64 as JSON (k8s-openapi's ByteString serializes so: no base64 crate needed).

@@ -28,7 +28,7 @@ use measure::*;
 pub use table::table;
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -326,7 +326,7 @@ impl Drop for Guard {
 }
 
 fn free_addr() -> Result<SocketAddr> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+    Ok(quorumguard::playground::ports::free_addr()?)
 }
 
 impl Guard {

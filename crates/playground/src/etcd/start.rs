@@ -4,7 +4,6 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -318,31 +317,9 @@ pub(super) fn has_leader_and_only_alarms(out: &str) -> bool {
         })
 }
 
-/// A port free on 127.0.0.1 right now.
-/// Ports picked for members: below Linux's ephemeral range (32768 and up by default), so that
-/// an outgoing connection's local port cannot take a member's port between the pick and etcd's
-/// bind (a member added to a busy cluster waits seconds for etcd to accept it first).
-const PORTS: std::ops::Range<u16> = 20000..32000;
-
-/// A port on 127.0.0.1 that nothing listens on now: from [`PORTS`], starting at a spot that
-/// differs per call, else one the kernel picks.
+/// A port on 127.0.0.1 for a member ([`crate::ports`]: below the ephemeral range, so that an
+/// outgoing connection cannot take a member's port between the pick and etcd's bind; a member
+/// added to a busy cluster waits seconds for etcd to accept it first).
 fn free_port() -> Result<u16, EtcdError> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let span = u64::from(PORTS.end - PORTS.start);
-    let seed = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| u64::from(d.subsec_nanos()))
-        .unwrap_or(0)
-        .wrapping_add(u64::from(std::process::id()).wrapping_mul(7919))
-        .wrapping_add(NEXT.fetch_add(101, Ordering::Relaxed));
-    for i in 0..200 {
-        let port = PORTS.start + ((seed + i * 37) % span) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-    }
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(EtcdError::FreePort)
+    crate::ports::free_port().map_err(EtcdError::FreePort)
 }

@@ -25,10 +25,10 @@ pub(super) struct ChildPlan {
     started: Mutex<usize>,
 }
 
-/// A free port on 127.0.0.1 (bound and released: the child binds it a moment later).
+/// A free port on 127.0.0.1 (bound and released: the child binds it a moment later), below the
+/// ephemeral range ([`crate::ports`]).
 fn free_addr() -> Result<SocketAddr, WorldError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
+    crate::ports::free_addr()
         .map_err(|e| WorldError::Child(format!("finding a free port on 127.0.0.1: {e}")))
 }
 
