@@ -223,9 +223,14 @@ fn the_build_stage_copies_a_workspace_that_cargo_accepts_and_checks() {
         "cargo metadata --locked fails on the build stage's COPY set:\n{text}"
     );
 
+    let _ = std::fs::remove_dir_all(&dir);
+
     // The production feature set, checked (not built: same type checking, a fraction of the
-    // time). Its own target dir under ours, so it never waits on this test run's build lock and
-    // keeps its dependencies between runs.
+    // time) in this tree and its target dir, where the test build and clippy left the
+    // dependencies (a copy of its own cost a cold check of every dependency, minutes on CI's 2
+    // cores). That the COPY set holds every file the check read is then shown from rustc's
+    // dep-info of each workspace crate: a file outside it (an `include_str!` of `manifests/`)
+    // would be missing from the image's build.
     let build = cargo_build(&build_stage());
     let mut check = Command::new(env!("CARGO"));
     check
@@ -233,15 +238,163 @@ fn the_build_stage_copies_a_workspace_that_cargo_accepts_and_checks() {
         .args(build.iter().skip(2).filter(|w| {
             !matches!(w.as_str(), "--release") // a check of the same code, in the dev profile
         }))
-        .arg("--offline")
-        .env("CARGO_TARGET_DIR", root().join("target/dockerfile-check"))
-        .current_dir(&dir);
-    let (ok, text) = run(check);
-    let _ = std::fs::remove_dir_all(&dir);
+        .args(["--offline", "--message-format=json"])
+        .current_dir(root());
+    let out = check.output().expect("cargo runs");
     assert!(
-        ok,
-        "cargo check of the build stage's command ({}) fails on its COPY set:\n{text}",
-        build.join(" ")
+        out.status.success(),
+        "cargo check of the build stage's command ({}) fails:\n{}{}",
+        build.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read = files_the_workspace_crates_read(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        read.iter().any(|f| f.ends_with("src/main.rs")),
+        "the check's dep-info names the binary's own source: {read:?}"
+    );
+    let sources = copy_sources(&build_stage());
+    let mut outside: Vec<_> = read
+        .iter()
+        // rustc names the workspace's files relative to its root, others absolute; an
+        // `include_str!("../x")` keeps its `..` (`src/../x`).
+        .map(|f| lexically_normal(&root().join(f)))
+        .filter_map(|f| f.strip_prefix(root()).ok().map(Path::to_path_buf))
+        .filter(|rel| !rel.starts_with("target"))
+        .filter(|rel| !sources.iter().any(|s| rel.starts_with(s)))
+        .collect();
+    outside.sort();
+    outside.dedup();
+    assert!(
+        outside.is_empty(),
+        "the build stage's check reads files its COPY set ({sources:?}) does not copy: {outside:?}"
+    );
+}
+
+/// `path` with every `.` and `..` resolved without the file system (`a/b/../c` is `a/c`).
+fn lexically_normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The sources of every `COPY` of the stage (relative to the repository).
+fn copy_sources(stage: &[String]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for i in stage {
+        let (kw, rest) = split(i);
+        if kw != "COPY" {
+            continue;
+        }
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        if let Some((_, sources)) = words.split_last() {
+            out.extend(sources.iter().map(PathBuf::from));
+        }
+    }
+    out
+}
+
+/// Every file rustc read for the workspace's own crates, from `cargo check
+/// --message-format=json`'s artifacts: each path package's dep-info (`<crate>-<hash>.d` beside
+/// its `lib<crate>-<hash>.rmeta`). Panics on a workspace build script, which this test does not
+/// follow.
+fn files_the_workspace_crates_read(json_lines: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for line in json_lines.lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let local = msg["package_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("path+file://"));
+        if !local {
+            continue;
+        }
+        assert_ne!(
+            msg["reason"], "build-script-executed",
+            "a workspace crate has a build script, whose reads this test does not follow: {line}"
+        );
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        for rmeta in msg["filenames"].as_array().into_iter().flatten() {
+            let Some(rmeta) = rmeta.as_str().map(Path::new) else {
+                continue;
+            };
+            let Some(stem) = rmeta
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".rmeta"))
+                .map(|n| n.strip_prefix("lib").unwrap_or(n))
+            else {
+                continue;
+            };
+            let dep_info = rmeta.with_file_name(format!("{stem}.d"));
+            let text = std::fs::read_to_string(&dep_info)
+                .unwrap_or_else(|e| panic!("dep-info {}: {e}", dep_info.display()));
+            files.extend(dep_info_files(&text));
+        }
+    }
+    assert!(!files.is_empty(), "no workspace crate was checked");
+    files
+}
+
+/// The files of a Makefile-style dep-info (`target: dep dep...`, spaces escaped as `\ `).
+fn dep_info_files(text: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    // `# env-dep:NAME=value` lines name environment variables, not files.
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((_, deps)) = line.split_once(": ") else {
+            continue;
+        };
+        let mut current = String::new();
+        let mut chars = deps.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&' ') => {
+                    current.push(' ');
+                    chars.next();
+                }
+                ' ' => {
+                    if !current.is_empty() {
+                        out.push(PathBuf::from(std::mem::take(&mut current)));
+                    }
+                }
+                _ => current.push(c),
+            }
+        }
+        if !current.is_empty() {
+            out.push(PathBuf::from(current));
+        }
+    }
+    out
+}
+
+#[test]
+fn paths_are_compared_with_their_dots_resolved() {
+    assert_eq!(
+        lexically_normal(Path::new("/r/src/./../README.md")),
+        Path::new("/r/README.md")
+    );
+}
+
+#[test]
+fn dep_info_is_read_with_its_escaped_spaces() {
+    let text = "/t/deps/x-1.d: /r/src/main.rs /r/my\\ dir/a.rs\n\n/r/src/main.rs:\n\n# env-dep:CARGO_PKG_DESCRIPTION=q: a b\n";
+    assert_eq!(
+        dep_info_files(text),
+        [
+            PathBuf::from("/r/src/main.rs"),
+            PathBuf::from("/r/my dir/a.rs")
+        ]
     );
 }
 
