@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # Multi-stage: build with the locked dependency set, run as non-root on a minimal base.
 # The production image is `serve`'s binary without the playground (the default `playground`
-# feature is off), so it contains no API-server stand-in. tests/dockerfile.rs rebuilds this
+# feature is off), so it contains no API-server stand-in. tests/it/dockerfile.rs rebuilds this
 # stage's COPY set in a temp dir and checks it with cargo, and holds the apt packages to
 # scripts/deps.sh's QG_BUILD_PACKAGES.
 

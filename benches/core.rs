@@ -7,24 +7,18 @@
 //! under 20 µs). `cargo bench --bench core -- --quick` is a short smoke run.
 
 use std::hint::black_box;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use quorumguard::admission::Webhook;
 use quorumguard::admission::review::{self, Endpoint};
-use quorumguard::capi::{parse_cluster, parse_kcp, parse_machine};
 use quorumguard::engine::model::{
     Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology, Health, HealthCheck,
     HealthChecks, Kcp, Machine, Member,
 };
 use quorumguard::engine::{Operation, Policy, Requester, admit_deletion, decide, next_action};
-use quorumguard::state::{ClusterState, Object};
-use quorumguard::telemetry::Metrics;
 use serde_json::{Value, json};
-use support::reviews::fixture;
-
-mod support;
+use testkit::reviews::{fixture, with_managed_fields};
 
 const NOW: i64 = 1_790_000_000;
 
@@ -103,13 +97,12 @@ fn decisions(c: &mut Criterion) {
 /// kube-apiserver's Machine DELETE review by a human, grown to 10 KB with the managedFields a
 /// real Machine carries.
 fn review_10k() -> Vec<u8> {
-    support::with_managed_fields(fixture("machine-delete-by-user.json"), 10 * 1024)
+    with_managed_fields(fixture("machine-delete-by-user.json"), 10 * 1024)
 }
 
 /// The webhook's state holding the fixture's Cluster, KCP and its three Machines, with a fresh
 /// healthy probe of three members named after their nodes.
 fn webhook() -> Webhook {
-    let state = Arc::new(ClusterState::new());
     let user = fixture("machine-delete-by-user.json");
     let machine = user["request"]["oldObject"].clone();
     let kcp = fixture("kcp-update-version.json")["request"]["oldObject"].clone();
@@ -123,12 +116,7 @@ fn webhook() -> Webhook {
         "spec": {"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
                  "kind": "KubeadmControlPlane", "name": kcp["metadata"]["name"]}},
     });
-    // As the watches do: a relist per kind, the objects, then the relist done (synced).
-    for kind in quorumguard::state::Kind::ALL {
-        state.relist_start(kind);
-    }
-    state.apply(Object::Cluster(parse_cluster(&cluster).expect("cluster")));
-    state.apply(Object::Kcp(parse_kcp(&kcp).expect("kcp")));
+    let mut objects = vec![cluster, kcp];
     let mut members = Vec::new();
     for i in 0..3 {
         let mut m = machine.clone();
@@ -140,22 +128,12 @@ fn webhook() -> Webhook {
         m["metadata"]["name"] = json!(name);
         let node = format!("node-{i}");
         m["status"]["nodeRef"]["name"] = json!(node);
-        state.apply(Object::Machine(parse_machine(&m).expect("machine")));
+        objects.push(m);
         let mut member = Member::new(0x2000 + i, node);
         member.health = Health::Healthy;
         members.push(member);
     }
-    for kind in quorumguard::state::Kind::ALL {
-        state.relist_done(kind);
-    }
-    state.set_health(&ns, "test", members, Instant::now());
-    Webhook::new(
-        state,
-        Policy::default(),
-        Arc::new(Metrics::new()),
-        None,
-        Duration::from_secs(30),
-    )
+    testkit::webhook::seeded(&objects, &ns, "test", members)
 }
 
 fn review_path(c: &mut Criterion) {

@@ -17,19 +17,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use quorumguard::engine::{Confirmation, EtcdState};
 use quorumguard::etcd::TransportKind;
 use quorumguard::etcd::sweep::SweepConfig;
 use quorumguard::server::{self, Running};
-use support::apiserver::ApiServer;
-use support::etcd::EtcdCluster;
-use support::guard::{MACHINES, delete_review, review};
-use support::https::{TempDir, TestPki};
-use support::reviews::{KCP_CONTROLLER, NS};
-use support::seed::{self, secret};
+use testkit::apiserver::ApiServer;
+use testkit::etcd::EtcdCluster;
+use testkit::guard::{MACHINES, delete_review, review};
+use testkit::https::{TempDir, TestPki};
+use testkit::reviews::{KCP_CONTROLLER, NS};
+use testkit::seed::{self, secret};
 
 /// etcd requests in one probe of 3 members: the member list, then each member's status and
 /// linearizable read, and the alarm list (crates/observe/src/etcd/prober.rs).
@@ -106,7 +103,7 @@ async fn measure(etcd: &EtcdCluster, transport: TransportKind, reviews: usize) -
     );
     let dir = TempDir::new("fresh-bench");
     let pki = TestPki::new(dir.path());
-    let mut config = support::guard::serve_config(
+    let mut config = testkit::guard::serve_config(
         &pki,
         Duration::from_secs(10),
         Duration::from_millis(300),

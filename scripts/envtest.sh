@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Finds the real kube-apiserver for tests/real_apiserver.rs the way controller-runtime's envtest
+# Finds the real kube-apiserver for tests/slow/real_apiserver.rs the way controller-runtime's envtest
 # does: KUBEBUILDER_ASSETS names a directory holding `kube-apiserver` and `etcd`.
 #   - KUBEBUILDER_ASSETS already set (your own assets, e.g. setup-envtest's directory): kept.
 #   - else, when ../shared/envtest/ beside the repository holds kube-apiserver-*-linux-amd64.xz:

@@ -38,15 +38,17 @@ qg_etcd35_test() {
   cargo test --locked "$@"
   echo "quorumguard: on etcd 3.5.1: cargo test $* took $((SECONDS - started)) s" >&2
 }
-qg_etcd35_test --test etcd_prober
-qg_etcd35_test --test live_health
-qg_etcd35_test --test status_cli
-qg_etcd35_test --test playground -- \
-  upgrade_stuck_is_resolved_by_following_the_next_action \
-  unsafe_manual_delete_is_denied_and_remediation_converges \
-  scaling_with_a_member_down_waits_for_it \
-  prediction_member_frozen prediction_member_killed \
-  prediction_leftover_unstarted_learner prediction_learner_never_promoted
+# Each line is one test binary (tests/it/, tests/slow/), its filters naming modules or tests:
+# the tests of one binary run together and overlap while they wait, as in scripts/test.sh.
+qg_etcd35_test --test it -- etcd_prober:: live_health:: status_cli::
+qg_etcd35_test --test slow -- \
+  playground::upgrade_stuck_is_resolved_by_following_the_next_action \
+  playground::unsafe_manual_delete_is_denied_and_remediation_converges \
+  playground::scaling_with_a_member_down_waits_for_it \
+  playground::prediction::prediction_member_frozen \
+  playground::prediction::prediction_member_killed \
+  playground::prediction::prediction_leftover_unstarted_learner \
+  playground::prediction::prediction_learner_never_promoted
 # Not here: failure_halfway_three_replicas. It freezes (SIGSTOP) a member right after KCP creates
 # a Machine, and preflight's one-failure column says the join then cannot add its learner (etcd's
 # strict reconfiguration check). That holds on 3.4.23 (refused after ~5 s) and for a killed member
@@ -55,5 +57,5 @@ qg_etcd35_test --test playground -- \
 # (docs/development.md, what differs between etcd 3.4 and 3.5).
 # playground_real (the default story on a real kube-apiserver whose storage etcd is 3.5.1 too)
 # passes on 3.5.1 as well (101 s, 2026-12-06) but is left to a run by hand
-# (QUORUMGUARD_ETCD_BIN_DIR=... cargo test --test playground_real) to keep .ci/run within 45
+# (QUORUMGUARD_ETCD_BIN_DIR=... cargo test --test slow playground_real::) to keep .ci/run within 45
 # minutes: the stories it plays run on 3.5.1 above through the stand-in.

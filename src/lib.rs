@@ -16,7 +16,7 @@
 //! - `quorumguard-playground` ([`playground`], with the default `playground` feature): the
 //!   playground and its API-server stand-in, never used by `serve`.
 //!
-//! Dependencies run one way (docs/architecture.md, tests/architecture.rs): engine ← pki,
+//! Dependencies run one way (docs/architecture.md, tests/it/architecture.rs): engine ← pki,
 //! telemetry ← observe ← admission, status ← cli ← playground ← this package.
 
 pub use quorumguard_admission as admission;

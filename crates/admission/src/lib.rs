@@ -14,7 +14,7 @@
 //! This crate is the webhook and nothing else: decode, decide (through the engine), answer,
 //! reserve, record Events. It may depend on `quorumguard-engine`, `quorumguard-observe` (the
 //! caches, the record of probes, fresh probes) and `quorumguard-telemetry`; only the command
-//! line (`quorumguard-cli`) depends on it (tests/architecture.rs).
+//! line (`quorumguard-cli`) depends on it (tests/it/architecture.rs).
 
 pub mod events;
 pub mod reservations;

@@ -6,7 +6,7 @@
 //! [`server`] is `serve` as a library: the HTTPS and admin listeners, the status writer and the
 //! certificate reload, put together. This crate sits on top of every other crate of the guard
 //! (engine, pki, telemetry, observe, admission, status); only the binary and the playground
-//! depend on it, and it never depends on the playground (tests/architecture.rs).
+//! depend on it, and it never depends on the playground (tests/it/architecture.rs).
 
 pub mod certs;
 pub mod check;

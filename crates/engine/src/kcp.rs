@@ -2,7 +2,7 @@
 //! control plane, given what it reads of its Machines and their etcd members.
 //!
 //! This is the one model of KCP that quorumguard has. `preflight` ([`crate::rollout`]) plays a
-//! rollout with it, step by step; the protocol model check (`tests/model/`) explores every
+//! rollout with it, step by step; the protocol model check (`tests/slow/model/`) explores every
 //! interleaving of it with joins, failures, the guard and people; the playground's simulated KCP
 //! (`crates/playground/src/kcp.rs`) carries out its moves on a real etcd through the real
 //! webhook. So the model check verifies what `preflight` predicts, and the playground shows it on

@@ -11,7 +11,7 @@
 //! It may depend on `quorumguard-engine` (the model it reads into), `quorumguard-pki` (etcd client
 //! certificates) and `quorumguard-telemetry` (the fresh probes' metrics), and on nothing above it:
 //! the webhook (`quorumguard-admission`) and the status writer (`quorumguard-status`) read it,
-//! never the other way round (tests/architecture.rs). It must not decide anything itself: every
+//! never the other way round (tests/it/architecture.rs). It must not decide anything itself: every
 //! verdict, condition and next action comes from the engine.
 
 pub mod capi;

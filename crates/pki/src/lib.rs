@@ -7,7 +7,7 @@
 //! - [`etcd`]: client certificates for a workload cluster's etcd, signed with that cluster's etcd
 //!   CA as KCP does, and the rustls client configuration built from them ([`etcd::ClientTls`]).
 //!
-//! It may depend on no other quorumguard crate (tests/architecture.rs holds it to that): it knows
+//! It may depend on no other quorumguard crate (tests/it/architecture.rs holds it to that): it knows
 //! certificates, not Cluster API, etcd's members or the engine's rules.
 
 pub mod certs;

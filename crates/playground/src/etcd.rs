@@ -20,7 +20,7 @@
 //! log where there is one, with the tail of the logs where they explain it.
 //!
 //! How many clusters may run at once is the caller's business: the tests run one per test
-//! binary at a time (`tests/support/etcd.rs`), because etcd's 500 ms election timeout must not
+//! binary at a time (`crates/testkit/src/etcd.rs`), because etcd's 500 ms election timeout must not
 //! be starved into spurious elections on a 2-core machine.
 //!
 //! This file holds the limits and timings, the errors, the options, and [`EtcdCluster`] with

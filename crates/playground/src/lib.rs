@@ -33,8 +33,8 @@
 //!   `quorumguard serve` and its verdicts answered as kube-apiserver answers them
 //!   (matchConditions are not evaluated; its module documentation says what else it skips).
 //!
-//! The integration tests (`tests/`) use the stand-in and etcd through `tests/support`, and the
-//! whole playground in `tests/playground.rs`.
+//! The integration tests (`tests/`) use the stand-in and etcd through the testkit crate (`crates/testkit`), and the
+//! whole playground in `tests/slow/playground.rs`.
 
 pub mod apiserver;
 pub mod child;

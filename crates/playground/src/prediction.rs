@@ -2,7 +2,7 @@
 //! simulated KCP ([`Style::Current`], the engine's own model of KCP fed from the real etcd and
 //! the API server) stepped until it converges or makes no progress, and what it did set beside
 //! what [`crate::engine::rollout::preflight`] said it would do. Used by the tests
-//! (`tests/playground/prediction.rs`, `tests/playground_real.rs`).
+//! (`tests/slow/playground/prediction.rs`, `tests/slow/playground_real.rs`).
 //!
 //! Every wait here is bounded in count and in time.
 

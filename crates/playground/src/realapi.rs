@@ -1,5 +1,5 @@
 //! A real kube-apiserver on loopback, started the way controller-runtime's envtest starts it:
-//! for `quorumguard playground --real-apiserver` and for the tests (tests/support/envtest.rs).
+//! for `quorumguard playground --real-apiserver` and for the tests (crates/testkit/src/envtest.rs).
 //!
 //! [`RealApi::start`] runs, on loopback ports picked free:
 //! - etcd (one member, plain HTTP: the API server's own storage, not a workload cluster's);

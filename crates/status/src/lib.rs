@@ -7,7 +7,7 @@
 //! while this replica holds the [`lease`]; [`metrics`] are its Prometheus series.
 //!
 //! It may depend on `quorumguard-engine`, `quorumguard-observe` and `quorumguard-telemetry`;
-//! only the command line (`quorumguard-cli`) depends on it (tests/architecture.rs).
+//! only the command line (`quorumguard-cli`) depends on it (tests/it/architecture.rs).
 
 pub mod conditions;
 pub mod lease;

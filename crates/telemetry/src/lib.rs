@@ -8,7 +8,7 @@
 //! registry and the webhook's series, [`Metrics`]), `readiness` ([`Readiness`]) and `admin` (the
 //! admin endpoints over them, [`admin_router`]).
 //!
-//! It may depend on no other quorumguard crate (tests/architecture.rs): the series it registers
+//! It may depend on no other quorumguard crate (tests/it/architecture.rs): the series it registers
 //! are named here, and the crates that record them depend on it.
 
 mod admin;

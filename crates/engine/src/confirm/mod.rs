@@ -93,7 +93,7 @@ impl Confirmation {
 /// What one cluster's probes have established so far. Empty before the first probe.
 ///
 /// `Hash`, and [`Belief::rebase`], let a model checker keep beliefs in the states it explores
-/// (tests/model.rs).
+/// (tests/slow/model.rs).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Belief {
     /// The member IDs of the record (`None` before the first probe).

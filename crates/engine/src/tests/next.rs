@@ -213,7 +213,7 @@ fn no_wait_without_an_end() {
 
 #[test]
 fn a_failed_learner_is_replaced_not_waited_for() {
-    // Found by the model check (tests/model.rs): a learner whose process failed while it
+    // Found by the model check (tests/slow/model.rs): a learner whose process failed while it
     // joined never catches up, and KCP's preflight holds every change meanwhile. Waiting for
     // it was a deadlock; its Machine is remediated instead.
     let mut c = three_healthy();

@@ -88,7 +88,7 @@ pub async fn enrich(
         // Cluster would be probed without the Cluster's endpoints annotation (a failed probe),
         // and a KCP not probed yet would be published as ProbeFailed ("no etcd probe of this
         // cluster yet"): after a restart, that replaced the truth the KCP showed with the
-        // guard's own ignorance for a probe interval (tests/crash_safety.rs saw it).
+        // guard's own ignorance for a probe interval (tests/it/crash_safety.rs saw it).
         let synced = state.all_synced();
         if synced {
             metrics.sweep_started();

@@ -1,0 +1,224 @@
+//! The tests' etcd: [`quorumguard::playground::etcd::EtcdCluster`] (a real etcd cluster on
+//! 127.0.0.1 with TLS; see there), with what only tests want on top:
+//!
+//! - At most one cluster runs per test process (one binary) at a time (a global slot held by the
+//!   cluster): the machines are 2-core, and etcd's 500 ms election timeout must not be starved
+//!   into spurious elections by parallel tests. For the same reason, 1 to 4 members, and a test
+//!   that keeps the cores busy holds the slot too ([`busy`]).
+//! - Every failure fails the test: the methods below are the library's, panicking with its
+//!   error (which names the member, its port and its log) instead of returning it. The rest of
+//!   the library's methods are reached through `Deref`.
+//! - When a test panics, the tail of every member's log is printed; `QG_KEEP_ETCD=1` keeps the
+//!   cluster's directory.
+//! - Which etcd: `QUORUMGUARD_ETCD_BIN_DIR`'s `etcd` and `etcdctl` when it is set (e.g. etcd
+//!   3.5.1 from `scripts/deps.sh`), else PATH's (Debian's 3.4.23): the library's
+//!   [`quorumguard::playground::etcd::program`]. [`version`] is its version, for tests whose
+//!   expectation follows it.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+
+use quorumguard::etcd::ClientTls;
+use quorumguard::playground::etcd as lib;
+pub use quorumguard::playground::etcd::{
+    EXIT_WAIT, EtcdError, EtcdOptions, ListedMember, Pki, RECONFIG_WAIT, START_WAIT,
+};
+
+static SLOT: Mutex<()> = Mutex::new(());
+
+/// The version of the etcd the tests run (`3.4.23`, `3.5.1`): what every member's status
+/// reports. Panics when `etcd --version` cannot say.
+pub fn version() -> &'static str {
+    static VERSION: OnceLock<String> = OnceLock::new();
+    VERSION.get_or_init(|| lib::etcd_version().unwrap_or_else(|e| panic!("etcd's version: {e}")))
+}
+
+/// `(major, minor)` of [`version`]: `(3, 4)`, `(3, 5)`.
+pub fn minor_version() -> (u32, u32) {
+    let v = version();
+    let mut parts = v.split('.').map(|p| p.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor),
+        _ => panic!("etcd's version {v:?} is not MAJOR.MINOR.PATCH"),
+    }
+}
+
+/// A runtime like the binary's, for tests that drive etcd from async code: two workers, as on
+/// the 2-core CI machine (the etcd slot is taken outside it: it is a blocking lock).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// The slot itself, for tests that start etcd through the library (the playground's world):
+/// hold it while that cluster runs.
+pub fn slot() -> MutexGuard<'static, ()> {
+    SLOT.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// For a test that keeps the cores busy (a model check, thousands of property cases, a cargo
+/// build): it holds the slot while it computes, so it runs while no etcd cluster of this process
+/// does and starves no cluster's election timeout (the tests of one binary run at once).
+pub fn busy() -> MutexGuard<'static, ()> {
+    slot()
+}
+
+/// A running test cluster. Index `i` is member `m{i+1}` (or the name given to a learner).
+pub struct EtcdCluster {
+    // Dropped first (every member killed), then the slot is released.
+    inner: lib::EtcdCluster,
+    _slot: MutexGuard<'static, ()>,
+}
+
+impl Deref for EtcdCluster {
+    type Target = lib::EtcdCluster;
+
+    fn deref(&self) -> &lib::EtcdCluster {
+        &self.inner
+    }
+}
+
+impl DerefMut for EtcdCluster {
+    fn deref_mut(&mut self) -> &mut lib::EtcdCluster {
+        &mut self.inner
+    }
+}
+
+impl EtcdCluster {
+    /// Starts `n` (1..=4) members and waits until every one answers `endpoint health`.
+    pub fn start(n: usize) -> EtcdCluster {
+        Self::start_with_flags(n, &[])
+    }
+
+    /// [`EtcdCluster::start`] with extra `etcd` flags for every member (e.g. a tiny
+    /// `--quota-backend-bytes` to raise a NOSPACE alarm).
+    pub fn start_with_flags(n: usize, flags: &[&str]) -> EtcdCluster {
+        assert!(
+            (1..=4).contains(&n),
+            "1 to 4 members (2-core machines), not {n}"
+        );
+        let slot = SLOT.lock().unwrap_or_else(PoisonError::into_inner);
+        let options = EtcdOptions {
+            flags: flags.iter().map(|f| f.to_string()).collect(),
+            keep_dir: std::env::var_os("QG_KEEP_ETCD").is_some(),
+            ..EtcdOptions::new(n)
+        };
+        let inner = lib::EtcdCluster::start_with(options)
+            .unwrap_or_else(|e| panic!("etcd test cluster did not start: {e}"));
+        EtcdCluster { inner, _slot: slot }
+    }
+
+    pub fn name(&self, i: usize) -> &str {
+        self.inner
+            .name(i)
+            .unwrap_or_else(|| panic!("no member #{i} here"))
+    }
+
+    pub fn index_of(&self, name: &str) -> usize {
+        self.inner
+            .index_of(name)
+            .unwrap_or_else(|| panic!("no member {name:?} here"))
+    }
+
+    /// Member `i`'s client URL.
+    pub fn client_url(&self, i: usize) -> String {
+        self.inner
+            .client_url(i)
+            .unwrap_or_else(|| panic!("no member #{i} here"))
+    }
+
+    /// Client TLS for the prober: the cluster CA, and a client certificate quorumguard signs
+    /// with it (as it does with a real cluster's `<cluster>-etcd` Secret).
+    pub fn client_tls(&self) -> ClientTls {
+        self.inner
+            .client_tls()
+            .expect("sign a client certificate with the test CA")
+    }
+
+    /// Freezes member `i` (SIGSTOP): alive, its ports open, answering nothing.
+    pub fn freeze(&mut self, i: usize) {
+        self.inner.freeze(i).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Lets a frozen member run again (SIGCONT).
+    pub fn thaw(&mut self, i: usize) {
+        self.inner.thaw(i).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Runs etcdctl (API v3, TLS) against `endpoints`, bounded by `timeout 20`.
+    pub fn etcdctl(&self, endpoints: &[String], args: &[&str]) -> Result<String, String> {
+        self.inner
+            .etcdctl(endpoints, args)
+            .map_err(|e| e.to_string())
+    }
+
+    /// `etcdctl member list -w json`: (ID, name, is learner) per member.
+    pub fn member_list(&mut self) -> Vec<(u64, String, bool)> {
+        let members = self.inner.member_list().unwrap_or_else(|e| panic!("{e}"));
+        members
+            .into_iter()
+            .map(|m| (m.id, m.name, m.learner))
+            .collect()
+    }
+
+    /// Member `i`'s ID, from the member list.
+    pub fn member_id(&mut self, i: usize) -> u64 {
+        self.inner.member_id(i).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Removes member `i` with `etcdctl member remove`, then waits (bounded) for its process to
+    /// exit by itself, as a removed etcd member does. Returns whether it did; if not, kills it.
+    pub fn remove_member(&mut self, i: usize) -> bool {
+        self.inner
+            .remove_member(i)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Adds a learner named `name` with `etcdctl member add --learner` and returns its index.
+    /// It is not started: it has no name and no client URLs in the member list until
+    /// [`EtcdCluster::start_member`].
+    pub fn add_learner(&mut self, name: &str) -> usize {
+        self.inner
+            .add_learner(name)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Adds a voting member named `name` with `etcdctl member add` and returns its index. It
+    /// counts towards the quorum at once, and has not started: [`EtcdCluster::start_member`] it.
+    pub fn add_member(&mut self, name: &str) -> usize {
+        self.inner
+            .add_member(name)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts a member added with [`EtcdCluster::add_learner`] and waits (bounded) until its
+    /// status shows a leader and no errors (a learner refuses `endpoint health`).
+    pub fn start_member(&mut self, i: usize) {
+        self.inner.start_member(i).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Waits (bounded) until members `members` all answer `endpoint health`.
+    pub fn wait_healthy(&mut self, members: Vec<usize>) {
+        self.inner
+            .wait_healthy(&members)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "etcd test cluster in {}:\n{}",
+                self.inner.dir().display(),
+                self.inner.logs()
+            );
+        }
+        if std::env::var_os("QG_KEEP_ETCD").is_some() {
+            eprintln!("kept {}", self.inner.dir().display());
+        }
+    }
+}

@@ -1,0 +1,650 @@
+//! The port-forward etcd transport end to end: a real 3-member etcd cluster (3.4 or 3.5) with TLS on
+//! loopback, reached the way KCP reaches it — through the workload cluster's API server, by
+//! port-forward to pod `kube-system/etcd-<node>` port 2379.
+//!
+//! Two API-server stand-ins: the management one holds the Cluster, KCP and Machines (watched
+//! into the state, as `serve` does), Secret `test-etcd` (the etcd CA) and Secret
+//! `test-kubeconfig` (a kubeconfig for the second one); the workload one relays port-forwards of
+//! pods `etcd-m1`..`etcd-m3` to the real members. The sweep is driven by hand (`sweep_once`), so
+//! every step is deterministic; each wait is bounded in count and time.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quorumguard::engine::{Confirmation, EtcdState, Health, Member};
+use quorumguard::etcd::TransportKind;
+use quorumguard::etcd::sweep::{Probers, SweepConfig, sweep_once};
+use quorumguard::playground::etcd::ELECTION_TIMEOUT;
+use quorumguard::state::{ClusterState, Kind, watch};
+use serde_json::{Value, json};
+use testkit::apiserver::ApiServer;
+use testkit::etcd::EtcdCluster;
+use testkit::reviews::{NS, cluster_object, kcp_object, machine_named, stored};
+use testkit::seed::{self, secret, wait_for};
+
+const KCP: &str = "test-controlplane";
+/// The probe deadline: the production default.
+const DEADLINE: Duration = Duration::from_secs(2);
+/// What a loaded 2-core machine may add to a deadline (scheduling, TLS, port-forward set-up).
+const MARGIN: Duration = Duration::from_secs(3);
+
+fn config(transport: TransportKind) -> SweepConfig {
+    SweepConfig {
+        interval: Duration::from_secs(60),
+        deadline: DEADLINE,
+        concurrency: 4,
+        transport,
+        // Read the Secrets on every sweep: a changed kubeconfig must be used by the next sweep.
+        secret_refresh: Duration::ZERO,
+        confirmation: Confirmation {
+            election_timeout: ELECTION_TIMEOUT,
+        },
+        ..SweepConfig::default()
+    }
+}
+
+/// Cluster `test` in `ns` over every member of `etcd`, with its KCP, Machines and CA Secret.
+fn seed_cluster(api: &ApiServer, ns: &str, etcd: &EtcdCluster, annotations: Value) {
+    let members: Vec<String> = (0..etcd.len()).map(|i| etcd.name(i).to_string()).collect();
+    seed::cluster(
+        api,
+        ns,
+        "test",
+        annotations,
+        &members,
+        Some(&etcd.pki),
+        |_| {},
+    );
+}
+
+fn kubeconfig_secret(ns: &str, workload: &ApiServer) -> Value {
+    secret(
+        ns,
+        "test-kubeconfig",
+        &[("value", &workload.kubeconfig_yaml())],
+    )
+}
+
+/// A workload API-server stand-in relaying `kube-system/etcd-<member>` to every member.
+async fn workload_for(etcd: &EtcdCluster) -> ApiServer {
+    let api = ApiServer::start().await.expect("workload stand-in");
+    for i in 0..etcd.len() {
+        api.forward_pod(
+            "kube-system",
+            &format!("etcd-{}", etcd.name(i)),
+            addr(etcd, i),
+        );
+    }
+    api
+}
+
+fn addr(etcd: &EtcdCluster, i: usize) -> SocketAddr {
+    etcd.client_url(i)
+        .trim_start_matches("https://")
+        .parse()
+        .expect("a loopback address")
+}
+
+/// The state `serve` keeps, fed by the real watches against the management stand-in, once it
+/// shows `targets` clusters to probe. The watch tasks end with the returned guard.
+async fn watched_state(mgmt: &ApiServer, targets: usize) -> (Arc<ClusterState>, Watches) {
+    let state = Arc::new(ClusterState::new());
+    let client = mgmt.client().expect("client");
+    let tasks = Kind::ALL
+        .iter()
+        .map(|&kind| tokio::spawn(watch::run(client.clone(), kind, state.clone(), |_| {})))
+        .collect();
+    let watches = Watches(tasks);
+    wait_for("the watches to sync", Duration::from_secs(20), || {
+        state.all_synced() && state.probe_targets().len() == targets
+    })
+    .await;
+    (state, watches)
+}
+
+struct Watches(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// The members the state holds for Cluster `test` in `ns`, or why it has none.
+fn members(state: &ClusterState, ns: &str) -> Result<Vec<Member>, String> {
+    match state
+        .control_plane(ns, KCP, Instant::now())
+        .map_err(|e| format!("{e:?}"))?
+        .etcd
+    {
+        EtcdState::Observed(s) => Ok(s.members),
+        EtcdState::Unknown { reason } => Err(reason),
+    }
+}
+
+fn healthy(members: &[Member]) -> usize {
+    members.iter().filter(|m| m.health.is_healthy()).count()
+}
+
+fn show(members: &Result<Vec<Member>, String>) -> String {
+    match members {
+        Ok(ms) => ms
+            .iter()
+            .map(|m| format!("{} {} leader={} {:?}", m.name, m.id, m.is_leader, m.health))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => format!("no members: {e}"),
+    }
+}
+
+/// Sweeps (bounded) until Cluster `test` in each of `namespaces` shows `want` healthy members.
+async fn sweep_until_healthy(
+    mgmt: &ApiServer,
+    state: &ClusterState,
+    cfg: &SweepConfig,
+    probers: &Probers,
+    namespaces: &[&str],
+    want: usize,
+) {
+    let client = mgmt.client().expect("client");
+    let mut last = String::new();
+    for _ in 0..20 {
+        sweep_once(&client, state, cfg, probers).await;
+        let all = namespaces.iter().all(|ns| {
+            let m = members(state, ns);
+            last = format!("{ns}:\n{}", show(&m));
+            m.is_ok_and(|m| healthy(&m) == want)
+        });
+        if all {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("never {want} healthy members; last sweep:\n{last}");
+}
+
+/// `etcdctl endpoint status`'s leader ID, as the members themselves report it.
+fn etcdctl_leader(etcd: &EtcdCluster) -> u64 {
+    let out = etcd
+        .etcdctl(&etcd.endpoints(), &["endpoint", "status", "-w", "json"])
+        .expect("endpoint status");
+    let v: Value = serde_json::from_str(&out).expect("status JSON");
+    let leaders: Vec<u64> = v
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|e| e["Status"]["leader"].as_u64().expect("a leader ID"))
+        .collect();
+    assert!(
+        leaders.windows(2).all(|w| w[0] == w[1]),
+        "one leader: {leaders:?}"
+    );
+    leaders[0]
+}
+
+const PF_PATH: &str = "/api/v1/namespaces/kube-system/pods";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_are_probed_through_the_workload_api_server() {
+    let mut etcd = EtcdCluster::start(3);
+    let mgmt = ApiServer::start().await.expect("management stand-in");
+    let workload = workload_for(&etcd).await;
+    // No transport annotation: the default transport, which is port-forward.
+    seed_cluster(&mgmt, NS, &etcd, json!({}));
+    mgmt.insert(kubeconfig_secret(NS, &workload))
+        .expect("kubeconfig secret");
+    let (state, _watches) = watched_state(&mgmt, 1).await;
+    let cfg = config(TransportKind::default());
+    assert_eq!(cfg.transport, TransportKind::PortForward);
+    let probers = Probers::default();
+
+    // (a) Every member healthy, the leader the one etcd names, IDs as etcd lists them.
+    sweep_until_healthy(&mgmt, &state, &cfg, &probers, &[NS], 3).await;
+    let seen = members(&state, NS).expect("members");
+    assert_eq!(seen.len(), 3, "{}", show(&Ok(seen.clone())));
+    let leader = etcdctl_leader(&etcd);
+    let leaders: Vec<&Member> = seen.iter().filter(|m| m.is_leader).collect();
+    assert_eq!(leaders.len(), 1, "{}", show(&Ok(seen.clone())));
+    assert_eq!(leaders[0].id.0, leader, "the leader etcd names");
+    for i in 0..3 {
+        let name = etcd.name(i).to_string();
+        let m = seen.iter().find(|m| m.name == name).expect("member");
+        assert_eq!(m.id.0, etcd.member_id(i), "{name}'s ID");
+        assert_eq!(m.version.as_deref(), Some(testkit::etcd::version()));
+        // Every member was reached through its own pod's port-forward.
+        assert!(
+            workload.request_count("get", &format!("{PF_PATH}/etcd-{name}/portforward")) >= 1,
+            "no port-forward to etcd-{name}: {:?}",
+            workload.requests()
+        );
+    }
+    assert!(
+        mgmt.requests()
+            .iter()
+            .all(|r| !r.path.contains("portforward")),
+        "nothing is port-forwarded on the management cluster"
+    );
+
+    // The etcd clients and their port-forwards are kept between sweeps.
+    let opened = workload.port_forwards_total();
+    sweep_once(&mgmt.client().expect("client"), &state, &cfg, &probers).await;
+    assert_eq!(healthy(&members(&state, NS).expect("members")), 3);
+    assert_eq!(
+        workload.port_forwards_total(),
+        opened,
+        "a second sweep reuses the open port-forwards"
+    );
+    assert!(workload.open_port_forwards() >= 3);
+
+    // A changed kubeconfig Secret (the workload API server moved): the next sweep goes through
+    // the new server, and everything through the old one is closed.
+    let moved = workload_for(&etcd).await;
+    mgmt.insert(kubeconfig_secret(NS, &moved))
+        .expect("kubeconfig secret");
+    sweep_until_healthy(&mgmt, &state, &cfg, &probers, &[NS], 3).await;
+    assert!(moved.port_forwards_total() >= 3, "through the new server");
+    wait_for(
+        "the old server's port-forwards to close",
+        Duration::from_secs(10),
+        || workload.open_port_forwards() == 0,
+    )
+    .await;
+
+    // (b) A frozen follower: unhealthy with the timeout, the others healthy, and the sweep ends
+    // by its deadline (plus a generous margin: the machine is small and may be busy).
+    let now = members(&state, NS).expect("members");
+    let follower = now
+        .iter()
+        .find(|m| !m.is_leader)
+        .map(|m| etcd.index_of(&m.name))
+        .expect("a follower");
+    let frozen = etcd.name(follower).to_string();
+    etcd.freeze(follower);
+    let started = Instant::now();
+    sweep_once(&mgmt.client().expect("client"), &state, &cfg, &probers).await;
+    let took = started.elapsed();
+    let after = members(&state, NS);
+    etcd.thaw(follower);
+    let after = after.unwrap_or_else(|e| panic!("no members with {frozen} frozen: {e}"));
+    assert!(
+        took < DEADLINE + MARGIN,
+        "the sweep took {took:?} with {frozen} frozen (deadline {DEADLINE:?})"
+    );
+    let m = after
+        .iter()
+        .find(|m| m.name == frozen)
+        .expect("frozen member");
+    match &m.health {
+        Health::Unhealthy(e) => assert!(e.contains("no answer within 2s"), "{e}"),
+        other => panic!("{frozen} frozen but {other:?}"),
+    }
+    assert_eq!(healthy(&after), 2, "{}", show(&Ok(after.clone())));
+    println!("sweep with {frozen} frozen took {took:?} (deadline {DEADLINE:?})");
+
+    // Thawed: healthy again; then dropping the probers closes every port-forward.
+    sweep_until_healthy(&mgmt, &state, &cfg, &probers, &[NS], 3).await;
+    assert!(moved.open_port_forwards() >= 3);
+    drop(probers);
+    wait_for(
+        "every port-forward to close with its prober",
+        Duration::from_secs(10),
+        || moved.open_port_forwards() == 0,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_the_api_server_does_not_know_is_unhealthy_naming_the_pod() {
+    let etcd = EtcdCluster::start(3);
+    let mgmt = ApiServer::start().await.expect("management stand-in");
+    let workload = workload_for(&etcd).await;
+    // (c) The third member's pod is unknown to the workload API server: 404 NotFound.
+    let gone = etcd.name(2).to_string();
+    workload.unforward_pod("kube-system", &format!("etcd-{gone}"));
+    seed_cluster(&mgmt, NS, &etcd, json!({}));
+    mgmt.insert(kubeconfig_secret(NS, &workload))
+        .expect("kubeconfig secret");
+    let (state, _watches) = watched_state(&mgmt, 1).await;
+    let cfg = config(TransportKind::PortForward);
+    let probers = Probers::default();
+
+    sweep_until_healthy(&mgmt, &state, &cfg, &probers, &[NS], 2).await;
+    let seen = members(&state, NS).expect("members");
+    assert_eq!(seen.len(), 3, "the member list still has {gone}");
+    let m = seen.iter().find(|m| m.name == gone).expect("member");
+    let expected = format!(
+        "port-forward to kube-system/etcd-{gone} through {}: 404 NotFound: pods \"etcd-{gone}\" \
+         not found",
+        workload.url()
+    );
+    assert_eq!(m.health, Health::Unhealthy(expected));
+    assert!(
+        workload.request_count("get", &format!("{PF_PATH}/etcd-{gone}/portforward")) >= 1,
+        "the port-forward was asked for"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_annotation_chooses_the_transport_per_cluster() {
+    let etcd = EtcdCluster::start(3);
+    let mgmt = ApiServer::start().await.expect("management stand-in");
+    let workload = workload_for(&etcd).await;
+    // (d) Two Clusters of the same etcd, side by side. `pf` is annotated port-forward: it has
+    // no endpoints annotation and its Machines no addresses, so dialling directly would have
+    // nothing to dial. `direct` is annotated direct with the endpoints: it has no kubeconfig
+    // Secret, so port-forwarding would fail.
+    let endpoints = etcd.endpoints().join(",");
+    seed_cluster(
+        &mgmt,
+        "pf",
+        &etcd,
+        json!({"quorumguard.io/etcd-transport": "port-forward"}),
+    );
+    mgmt.insert(kubeconfig_secret("pf", &workload))
+        .expect("kubeconfig secret");
+    seed_cluster(
+        &mgmt,
+        "direct",
+        &etcd,
+        json!({"quorumguard.io/etcd-transport": "direct",
+               "quorumguard.io/etcd-endpoints": endpoints}),
+    );
+    let (state, _watches) = watched_state(&mgmt, 2).await;
+    let probers = Probers::default();
+
+    // Whichever the default, each Cluster's annotation decides.
+    for default in [TransportKind::Direct, TransportKind::PortForward] {
+        let before = workload.port_forwards_total();
+        sweep_until_healthy(
+            &mgmt,
+            &state,
+            &config(default),
+            &probers,
+            &["pf", "direct"],
+            3,
+        )
+        .await;
+        for ns in ["pf", "direct"] {
+            let seen = members(&state, ns).expect("members");
+            assert_eq!(
+                seen.iter().filter(|m| m.is_leader).count(),
+                1,
+                "{ns}: {}",
+                show(&Ok(seen.clone()))
+            );
+        }
+        assert!(
+            mgmt.request_count("get", "/api/v1/namespaces/direct/secrets/test-kubeconfig") == 0,
+            "the direct Cluster's kubeconfig is never read"
+        );
+        println!(
+            "default {default:?}: {} new port-forwards",
+            workload.port_forwards_total() - before
+        );
+    }
+    assert!(
+        workload.port_forwards_total() >= 3,
+        "pf went through the API server"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_kubeconfig_says_what_to_do() {
+    // (e) No etcd is reached here: the probe stops at the missing Secret.
+    let mgmt = ApiServer::start().await.expect("management stand-in");
+    mgmt.insert(cluster_object(json!({}))).expect("cluster");
+    mgmt.insert(stored(kcp_object())).expect("kcp");
+    mgmt.insert(stored(machine_named("test-m1", "m1")))
+        .expect("machine");
+    mgmt.insert(secret(
+        NS,
+        "test-etcd",
+        &[
+            (
+                "tls.crt",
+                include_str!("../../crates/pki/src/testdata/capi-etcd-ca.crt"),
+            ),
+            (
+                "tls.key",
+                include_str!("../../crates/pki/src/testdata/capi-etcd-ca.key"),
+            ),
+        ],
+    ))
+    .expect("CA secret");
+    let (state, _watches) = watched_state(&mgmt, 1).await;
+    let client = mgmt.client().expect("client");
+    let probers = Probers::default();
+
+    sweep_once(
+        &client,
+        &state,
+        &config(TransportKind::PortForward),
+        &probers,
+    )
+    .await;
+    assert_eq!(
+        members(&state, NS).expect_err("no probe"),
+        "Cluster capi-test/test: Secret capi-test/test-kubeconfig not found: the port-forward \
+         transport needs the workload kubeconfig; set quorumguard.io/etcd-transport: direct to \
+         dial etcd directly"
+    );
+
+    // A Secret without the key Cluster API writes.
+    mgmt.insert(secret(NS, "test-kubeconfig", &[("kubeconfig", "x")]))
+        .expect("secret");
+    sweep_once(
+        &client,
+        &state,
+        &config(TransportKind::PortForward),
+        &probers,
+    )
+    .await;
+    assert_eq!(
+        members(&state, NS).expect_err("no probe"),
+        "Cluster capi-test/test: Secret capi-test/test-kubeconfig has no key `value` (Cluster \
+         API keeps the workload kubeconfig there); set quorumguard.io/etcd-transport: direct to \
+         dial etcd directly"
+    );
+
+    // An annotation naming no transport is reported as such, whatever the default.
+    mgmt.insert(cluster_object(
+        json!({"quorumguard.io/etcd-transport": "tunnel"}),
+    ))
+    .expect("cluster");
+    wait_for(
+        "the annotation in the cache",
+        Duration::from_secs(10),
+        || state.probe_targets()[0].transport_annotation.as_deref() == Some("tunnel"),
+    )
+    .await;
+    sweep_once(&client, &state, &config(TransportKind::Direct), &probers).await;
+    assert_eq!(
+        members(&state, NS).expect_err("no probe"),
+        "Cluster capi-test/test: annotation quorumguard.io/etcd-transport: \"tunnel\" is not a \
+         transport: use port-forward or direct"
+    );
+}
+
+/// A CA like the cluster's etcd CA, and a TLS server on 127.0.0.1 presenting a serving
+/// certificate it signed for `sans` (h2, as etcd offers). The server completes handshakes and
+/// then closes: it is not etcd, only a certificate to verify.
+struct TlsServer {
+    ca_cert_pem: String,
+    ca_key_pem: String,
+    addr: SocketAddr,
+    /// Handshakes completed: the client accepted the certificate.
+    handshakes: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsServer {
+    fn handshakes(&self) -> usize {
+        self.handshakes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn tls_server(sans: Vec<rcgen::SanType>) -> TlsServer {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
+        IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    };
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "etcd-ca");
+    ca.distinguished_name = dn;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert_pem = ca.self_signed(&ca_key).expect("self-sign").pem();
+    let ca_key_pem = ca_key.serialize_pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().expect("server key");
+    let mut p = CertificateParams::default();
+    p.subject_alt_names = sans;
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = p.signed_by(&key, &issuer).expect("sign");
+
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![CertificateDer::from_pem_slice(cert.pem().as_bytes()).expect("cert")],
+        PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).expect("key"),
+    )
+    .expect("server config");
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let handshakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = handshakes.clone();
+    let task = tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            let done = done.clone();
+            connections.spawn(async move {
+                let accepted =
+                    tokio::time::timeout(Duration::from_secs(5), acceptor.accept(tcp)).await;
+                if matches!(accepted, Ok(Ok(_))) {
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    TlsServer {
+        ca_cert_pem,
+        ca_key_pem,
+        addr,
+        handshakes,
+        task,
+    }
+}
+
+/// Why the member list failed at the one endpoint asked.
+async fn member_list_error(prober: &quorumguard::etcd::Prober, url: &str) -> String {
+    match prober.probe(&[url.to_string()], DEADLINE).await {
+        Err(quorumguard::etcd::ProbeError::MemberList { attempts }) => {
+            assert_eq!(attempts.len(), 1);
+            attempts[0].error.clone()
+        }
+        other => panic!("not etcd, yet {other:?}"),
+    }
+}
+
+/// Through a port-forward the member is dialled at a loopback address of ours, so the serving
+/// certificate is verified for `localhost` — which kubeadm always puts in it — not for that
+/// address. A certificate without `localhost` is refused even though it names 127.0.0.1; one
+/// with only `localhost` passes the handshake (and then fails as the server is not etcd). The
+/// direct transport verifies the URL's host as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn port_forwarded_members_are_verified_as_localhost() {
+    use quorumguard::etcd::{ClientTls, PortForward, Prober, Transport};
+    use rcgen::SanType;
+
+    let ip_only = tls_server(vec![SanType::IpAddress([127, 0, 0, 1].into())]).await;
+    let localhost_only = tls_server(vec![SanType::DnsName(
+        "localhost".try_into().expect("name"),
+    )])
+    .await;
+    let workload = ApiServer::start().await.expect("workload stand-in");
+    workload.forward_pod("kube-system", "etcd-ip-only", ip_only.addr);
+    workload.forward_pod("kube-system", "etcd-localhost", localhost_only.addr);
+
+    let prober = |server: &TlsServer, transport: Transport| {
+        let tls = ClientTls::from_etcd_ca(
+            &server.ca_cert_pem,
+            &server.ca_key_pem,
+            std::time::SystemTime::now(),
+        )
+        .expect("client certificate");
+        Prober::with_transport(tls, transport)
+    };
+    let port_forward = || async {
+        Transport::port_forward(
+            PortForward::from_kubeconfig(&workload.kubeconfig_yaml(), NS, "test")
+                .await
+                .expect("kubeconfig"),
+        )
+    };
+
+    let p = prober(&ip_only, port_forward().await);
+    let url = p
+        .transport()
+        .list_endpoints(None, &[], &["ip-only".to_string()])
+        .expect("listener")
+        .remove(0);
+    let refused = member_list_error(&p, &url).await;
+    assert!(
+        refused.contains("invalid peer certificate") && refused.contains("localhost"),
+        "{refused}"
+    );
+    assert_eq!(ip_only.handshakes(), 0);
+
+    let p = prober(&localhost_only, port_forward().await);
+    let url = p
+        .transport()
+        .list_endpoints(None, &[], &["localhost".to_string()])
+        .expect("listener")
+        .remove(0);
+    let accepted = member_list_error(&p, &url).await;
+    assert!(!accepted.contains("invalid peer certificate"), "{accepted}");
+    assert!(localhost_only.handshakes() >= 1, "{accepted}");
+    println!("port-forward, no localhost: {refused}\nport-forward, localhost: {accepted}");
+
+    // Direct: the URL's host (127.0.0.1) is what the certificate must name.
+    let direct = format!("https://{}", ip_only.addr);
+    let accepted = member_list_error(&prober(&ip_only, Transport::Direct), &direct).await;
+    assert!(!accepted.contains("invalid peer certificate"), "{accepted}");
+    assert!(ip_only.handshakes() >= 1, "{accepted}");
+    let direct = format!("https://{}", localhost_only.addr);
+    let before = localhost_only.handshakes();
+    let refused = member_list_error(&prober(&localhost_only, Transport::Direct), &direct).await;
+    assert!(refused.contains("invalid peer certificate"), "{refused}");
+    assert_eq!(localhost_only.handshakes(), before);
+    assert!(
+        workload.port_forwards_total() >= 2,
+        "the first two went through the workload API server"
+    );
+}
