@@ -1,15 +1,21 @@
 //! The fingerprint of what would be published for a KCP, without the figures that move on every
 //! probe: the writer compares it to skip reads and writes in a steady state.
 
-use crate::conditions::conditions;
-use quorumguard_engine::{ControlPlane, EtcdState, Policy, next_action};
+use crate::conditions::conditions_given;
+use quorumguard_engine::{ControlPlane, EtcdState, NextAction, Policy};
 
-/// What would be published at `now_unix`, minus the figures that move on every probe (raft
-/// index, DB size) and the transition time. The time counts: a Machine without a member is
-/// joining while it is younger than `--join-grace` and broken after, and that alone changes
-/// the next action.
+/// What would be published at `now_unix` for `cp`, whose next action is `next`, minus the
+/// figures that move on every probe (raft index, DB size) and the transition time. The time
+/// counts: a Machine without a member is joining while it is younger than `--join-grace` and
+/// broken after, and that alone changes the next action.
+///
+/// The NextAction condition hashed is the one published, made of `next` (worked out on the real
+/// figures): whether a learner has caught up is read from the raft indexes dropped from the
+/// member table, and tells a stalled learner (RemediateMachine) from one that can be promoted
+/// (PromoteLearner); its words hold no raft index or DB size.
 pub(super) fn fingerprint(
     cp: &ControlPlane,
+    next: &NextAction,
     policy: &Policy,
     generation: Option<i64>,
     probe_error: Option<&str>,
@@ -24,11 +30,7 @@ pub(super) fn fingerprint(
         }
     }
     let mut h = DefaultHasher::new();
-    // Whether a learner has caught up is read from the raft indexes dropped above: the next
-    // action on the real figures tells a stalled learner (RemediateMachine) from one that can
-    // be promoted (PromoteLearner).
-    next_action(cp, policy, now_unix).code.hash(&mut h);
-    for c in conditions(&steady, policy, now_unix, generation, probe_error) {
+    for c in conditions_given(&steady, next, policy, now_unix, generation, probe_error) {
         (
             c.type_,
             c.status,
@@ -44,10 +46,22 @@ pub(super) fn fingerprint(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use quorumguard_engine::next_action;
     use quorumguard_engine::testkit::{NOW, add_machine, cp, down, healthy, members_mut};
 
+    /// The fingerprint of `c`, its next action worked out as the snapshot does.
+    fn fingerprint_of(
+        c: &ControlPlane,
+        p: &Policy,
+        generation: Option<i64>,
+        probe_error: Option<&str>,
+        now: i64,
+    ) -> u64 {
+        fingerprint(c, &next_action(c, p, now), p, generation, probe_error, now)
+    }
+
     fn print(c: &ControlPlane) -> u64 {
-        fingerprint(c, &Policy::default(), Some(1), None, NOW)
+        fingerprint_of(c, &Policy::default(), Some(1), None, NOW)
     }
 
     #[test]
@@ -71,10 +85,10 @@ mod tests {
     fn fingerprint_follows_generation_and_probe_errors() {
         let c = cp(3, &[("a", healthy()), ("b", healthy()), ("c", healthy())]);
         let p = Policy::default();
-        let base = fingerprint(&c, &p, Some(1), None, NOW);
-        assert_ne!(fingerprint(&c, &p, Some(2), None, NOW), base);
+        let base = fingerprint_of(&c, &p, Some(1), None, NOW);
+        assert_ne!(fingerprint_of(&c, &p, Some(2), None, NOW), base);
         assert_ne!(
-            fingerprint(&c, &p, Some(1), Some("deadline exceeded"), NOW),
+            fingerprint_of(&c, &p, Some(1), Some("deadline exceeded"), NOW),
             base
         );
     }
@@ -88,11 +102,11 @@ mod tests {
         let i = add_machine(&mut c, "d");
         c.machines[i].created_unix = Some(NOW - 30);
         let p = Policy::default();
-        let young = fingerprint(&c, &p, Some(1), None, NOW);
-        assert_eq!(fingerprint(&c, &p, Some(1), None, NOW + 1), young);
+        let young = fingerprint_of(&c, &p, Some(1), None, NOW);
+        assert_eq!(fingerprint_of(&c, &p, Some(1), None, NOW + 1), young);
         let grace = p.join_grace.as_secs() as i64;
         assert_ne!(
-            fingerprint(&c, &p, Some(1), None, NOW + grace),
+            fingerprint_of(&c, &p, Some(1), None, NOW + grace),
             young,
             "past the join grace the next action changes"
         );
