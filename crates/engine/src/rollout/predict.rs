@@ -247,7 +247,7 @@ fn next_for(
             }
         }
         _ => {
-            // The stuck state's own next action when it names one, else the present's.
+            // The present's own next action when it names one, else the stuck state's.
             let start = own();
             // Stuck before the first step: the stuck state is the present.
             let stuck = if last == cp {
