@@ -6,6 +6,31 @@ use crate::*;
 
 pub const NOW: i64 = 1_800_000_000;
 
+thread_local! {
+    /// The control planes [`next_action`] was asked about on this thread, while a
+    /// [`next_actions_asked`] records them.
+    static ASKED: std::cell::RefCell<Option<Vec<ControlPlane>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Called by [`next_action`] (with this module compiled in): notes `cp` while recording.
+pub(crate) fn asked_next_action(cp: &ControlPlane) {
+    ASKED.with(|a| {
+        if let Some(asked) = a.borrow_mut().as_mut() {
+            asked.push(cp.clone());
+        }
+    });
+}
+
+/// Runs `f` and returns what it returned with every control plane [`next_action`] was asked
+/// about on this thread meanwhile (the engine's own calls on simulated states included): a
+/// test counts how often one control plane's next action is worked out.
+pub fn next_actions_asked<T>(f: impl FnOnce() -> T) -> (T, Vec<ControlPlane>) {
+    ASKED.with(|a| *a.borrow_mut() = Some(Vec::new()));
+    let out = f();
+    let asked = ASKED.with(|a| a.borrow_mut().take()).unwrap_or_default();
+    (out, asked)
+}
+
 pub fn healthy() -> Health {
     Health::Healthy
 }

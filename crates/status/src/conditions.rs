@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use quorumguard_engine::quorum::{self, Tally};
 use quorumguard_engine::{
     ActionCode, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology, Health, Machine, Member,
-    Policy, next_action,
+    NextAction, Policy, next_action,
 };
 
 /// Whether etcd has quorum with room for a failure, and the member table.
@@ -90,10 +90,30 @@ pub fn conditions(
     observed_generation: Option<i64>,
     probe_error: Option<&str>,
 ) -> [Condition; 2] {
+    let action = next_action(cp, policy, now_unix);
+    conditions_given(
+        cp,
+        &action,
+        policy,
+        now_unix,
+        observed_generation,
+        probe_error,
+    )
+}
+
+/// [`conditions`] of a control plane whose next action (`next_action(cp, policy, now_unix)`)
+/// the caller has already worked out: the status writer's snapshot of each KCP.
+pub fn conditions_given(
+    cp: &ControlPlane,
+    action: &NextAction,
+    policy: &Policy,
+    now_unix: i64,
+    observed_generation: Option<i64>,
+    probe_error: Option<&str>,
+) -> [Condition; 2] {
     let time = time_of(now_unix);
     let observed_generation = observed_generation.filter(|g| *g >= 0);
     let (status, reason, message) = etcd_quorum(cp, policy, probe_error);
-    let action = next_action(cp, policy, now_unix);
     let action_status = if action.code == ActionCode::None {
         FALSE
     } else {
@@ -112,7 +132,7 @@ pub fn conditions(
             type_: CONDITION_NEXT_ACTION.to_string(),
             status: action_status.to_string(),
             reason: action.code.as_str().to_string(),
-            message: bounded(action.message),
+            message: bounded(action.message.clone()),
             observed_generation,
             last_transition_time: time,
         },

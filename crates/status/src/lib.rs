@@ -16,5 +16,5 @@ pub mod publish;
 
 pub use conditions::{
     CONDITION_ETCD_QUORUM, CONDITION_NEXT_ACTION, MAX_CONDITIONS, MAX_MESSAGE_LEN, QuorumReason,
-    conditions, lacks_room, merge,
+    conditions, conditions_given, lacks_room, merge,
 };

@@ -157,3 +157,35 @@ fn every_verdict_and_reason_is_a_label_value_of_its_own() {
         assert!(r.chars().all(|c| c.is_ascii_alphanumeric()), "{r}");
     }
 }
+
+/// A cycle's work for one KCP: its snapshot (with the rollout prediction), then what the writer
+/// reads from it (fingerprint, conditions). The next action of the control plane the caches
+/// show is worked out once in all, whatever the prediction says (ready, would stick, cannot
+/// judge); only the play's simulated control planes are asked about besides.
+#[test]
+fn a_cycle_works_out_each_kcps_next_action_once() {
+    use crate::publish::snapshots;
+    use quorumguard_engine::testkit::next_actions_asked;
+
+    let s = fleet();
+    let policy = Policy::default();
+    for what in ["healthy", "a member down", "the probe failed"] {
+        match what {
+            "healthy" => probe(&s, &[]),
+            "a member down" => probe(&s, &["m3"]),
+            _ => s.set_probe_error("ns", "c1", "no answer within 1s".into()),
+        }
+        let (taken, asked) = next_actions_asked(|| {
+            let taken = snapshots(&s, &policy, quorumguard_observe::unix_now());
+            for snapshot in &taken {
+                let _ = snapshot.fingerprint(&policy);
+                let _ = snapshot.conditions(&policy);
+            }
+            taken
+        });
+        // KCP `later` awaits its first probe: no snapshot.
+        assert_eq!(taken.len(), 1, "{what}");
+        let once = asked.iter().filter(|cp| **cp == taken[0].cp).count();
+        assert_eq!(once, 1, "{what}: asked {} times", once);
+    }
+}

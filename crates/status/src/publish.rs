@@ -16,13 +16,17 @@
 //! write, and each write is bounded by the end of leadership. A replica taking over forgets its
 //! fingerprints, so it reads and re-publishes every KCP.
 //!
-//! The parts: `document` (our conditions in the KCP's status document), `fingerprint` (what was
-//! published, without what moves on every probe) and `enricher` (the enricher's loop, [`enrich`],
-//! and the metrics' [`figures`]); [`Publisher`] and its read-merge-write are here.
+//! The parts: `snapshot` (each KCP as one cycle sees it, [`Snapshot`]: its control plane, next
+//! action and rollout prediction, each worked out once per cycle and read by the metrics, the
+//! fingerprint and the conditions), `document` (our conditions in the KCP's status document),
+//! `fingerprint` (what was published, without what moves on every probe) and `enricher` (the
+//! enricher's loop, [`enrich`], and the metrics' [`figures`]); [`Publisher`] and its
+//! read-merge-write are here.
 
 mod document;
 mod enricher;
 mod fingerprint;
+mod snapshot;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,15 +38,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
 
-use super::conditions::{conditions, lacks_room, merge};
+use super::conditions::{lacks_room, merge};
 use super::metrics::{EnricherMetrics, WriteResult};
 use crate::lease::Leadership;
 use document::{existing_conditions, set_conditions};
-use fingerprint::fingerprint;
 use quorumguard_engine::Policy;
-use quorumguard_observe::state::{ClusterState, Key, Kind, Lookup, watch::api_resource};
+use quorumguard_observe::state::{ClusterState, Key, Kind, watch::api_resource};
 
-pub use enricher::{enrich, figures, rollouts};
+pub use enricher::{enrich, figures};
+pub use snapshot::{Snapshot, rollouts, snapshots};
 
 /// How the writer behaves.
 #[derive(Clone, Debug)]
@@ -197,8 +201,10 @@ impl Publisher {
         self.metrics.write(r);
     }
 
-    /// Publishes every KCP the caches hold, `concurrency` at a time.
-    pub async fn publish_all(&self) -> Summary {
+    /// Publishes every KCP of `snapshots` (one cycle's, [`snapshots`], in the order of their
+    /// keys), `concurrency` at a time. A KCP the caches hold without a snapshot (its cluster
+    /// awaits its first probe) counts as skipped.
+    pub async fn publish_all(&self, snapshots: &[Snapshot]) -> Summary {
         if !self.leadership.is_leader() {
             self.was_leader.store(false, Ordering::Relaxed);
             return Summary::default();
@@ -213,10 +219,15 @@ impl Publisher {
             let mut w = self.lock();
             w.retain(|k, _| kcps.binary_search(k).is_ok());
         }
-        let outcomes: Vec<_> = futures::stream::iter(kcps)
-            .map(|(ns, name)| async move {
-                let r = self.publish_one(&ns, &name).await;
+        let unsnapshotted = kcps
+            .iter()
+            .filter(|k| snapshots.binary_search_by(|s| s.key.cmp(k)).is_err())
+            .count();
+        let outcomes: Vec<_> = futures::stream::iter(snapshots)
+            .map(|snapshot| async move {
+                let r = self.publish(snapshot).await;
                 if let Err(e) = &r {
+                    let (ns, name) = &snapshot.key;
                     tracing::warn!(namespace = %ns, kcp = %name, error = %e, "publishing KCP status failed");
                 }
                 r
@@ -224,7 +235,10 @@ impl Publisher {
             .buffer_unordered(self.cfg.concurrency.max(1))
             .collect()
             .await;
-        let mut s = Summary::default();
+        let mut s = Summary {
+            skipped: unsnapshotted,
+            ..Summary::default()
+        };
         for o in outcomes {
             match o {
                 Ok(Outcome::Written { attempts }) => {
@@ -243,46 +257,42 @@ impl Publisher {
         s
     }
 
-    /// Publishes one KCP's conditions, if this replica leads and something changed.
+    /// Publishes one KCP's conditions, if this replica leads and something changed: from a
+    /// snapshot taken now.
     pub async fn publish_one(&self, namespace: &str, name: &str) -> Result<Outcome, PublishError> {
         if !self.leadership.is_leader() {
             return Ok(Outcome::NotLeader);
         }
         let key = (namespace.to_string(), name.to_string());
-        let cp = match self.state.control_plane(namespace, name, Instant::now()) {
-            Ok(cp) => cp,
-            Err(Lookup::NotSynced | Lookup::NoSuchKcp) => return Ok(Outcome::NotReady),
-        };
-        if self.state.awaits_first_probe(namespace, name) {
-            // Not probed yet is not a failure: publish after the first probe, not ProbeFailed.
+        let now_unix = quorumguard_observe::unix_now();
+        match Snapshot::take(&self.state, &self.policy, Instant::now(), now_unix, key) {
+            Some(snapshot) => self.publish(&snapshot).await,
+            None => Ok(Outcome::NotReady),
+        }
+    }
+
+    /// Publishes the conditions of `snapshot`'s KCP, if this replica leads, the KCP is still in
+    /// the caches and something changed.
+    async fn publish(&self, snapshot: &Snapshot) -> Result<Outcome, PublishError> {
+        if !self.leadership.is_leader() {
+            return Ok(Outcome::NotLeader);
+        }
+        let (namespace, name) = (snapshot.key.0.as_str(), snapshot.key.1.as_str());
+        if self.state.kcp_replicas(namespace, name).is_none() {
+            // Gone since the snapshot was taken.
             return Ok(Outcome::NotReady);
         }
-        let probe_error = self.state.probe_error(namespace, &cp.cluster.name);
-        let generation = self.state.kcp_generation(namespace, name);
-        let now_unix = quorumguard_observe::unix_now();
-        let fingerprint = fingerprint(
-            &cp,
-            &self.policy,
-            generation,
-            probe_error.as_deref(),
-            now_unix,
-        );
-        if let Some(w) = self.lock().get(&key)
+        let fingerprint = snapshot.fingerprint(&self.policy);
+        if let Some(w) = self.lock().get(&snapshot.key)
             && w.fingerprint == fingerprint
             && w.at.elapsed() < self.cfg.refresh
         {
             self.count(WriteResult::Unchanged);
             return Ok(Outcome::Unchanged);
         }
-        let new = conditions(
-            &cp,
-            &self.policy,
-            now_unix,
-            generation,
-            probe_error.as_deref(),
-        );
+        let new = snapshot.conditions(&self.policy);
         let result = self
-            .write(namespace, name, new, now_unix, fingerprint)
+            .write(namespace, name, new, snapshot.now_unix, fingerprint)
             .await;
         if result.is_err() {
             self.count(WriteResult::Error);

@@ -313,6 +313,8 @@ const RULES: &[Rule] = &[
 /// an action that KCP or a MachineHealthCheck would have to carry out becomes `Unpause`, which
 /// names it as what follows the unpausing.
 pub fn next_action(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> NextAction {
+    #[cfg(any(test, feature = "testkit"))]
+    crate::testkit::asked_next_action(cp);
     paused::when_paused(cp, next_action_unpaused(cp, policy, now_unix))
 }
 

@@ -37,7 +37,7 @@ mod report;
 mod tests;
 mod words;
 
-pub use predict::{preflight, readiness};
+pub use predict::{preflight, readiness, readiness_given};
 pub use report::{Counts, OneFailure, Preflight, Readiness, ReadyReason, RolloutStep, StepKind};
 
 /// KCP's own pre-terminate hook: it removes the member.

@@ -10,18 +10,41 @@ use crate::next_action::{ActionCode, NextAction, next_action};
 /// Predicts the rollout a version change would start on `cp`, as of `now_unix`, with what one
 /// more member failure at each step would lead to.
 pub fn preflight(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> Preflight {
-    predict(cp, policy, now_unix, true)
+    predict(cp, policy, now_unix, true, None)
 }
 
 /// [`preflight`] without the one-more-failure column (each step's [`RolloutStep::one_failure`]
 /// is `None`): the same readiness, reason and steps at a fraction of the cost, for a fleet's
 /// every sweep (the failure column plays the rest of the rollout again after every step).
 pub fn readiness(cp: &ControlPlane, policy: &Policy, now_unix: i64) -> Preflight {
-    predict(cp, policy, now_unix, false)
+    predict(cp, policy, now_unix, false, None)
 }
 
-fn predict(cp: &ControlPlane, policy: &Policy, now_unix: i64, failures: bool) -> Preflight {
-    if let Some(p) = cannot_play(cp, policy, now_unix) {
+/// [`readiness`] of a control plane whose own next action (`next_action(cp, policy, now_unix)`)
+/// the caller has already worked out: the prediction reuses it rather than working it out
+/// again (the status enricher's snapshot of each KCP, once per sweep).
+pub fn readiness_given(
+    cp: &ControlPlane,
+    next: &NextAction,
+    policy: &Policy,
+    now_unix: i64,
+) -> Preflight {
+    predict(cp, policy, now_unix, false, Some(next))
+}
+
+/// `next`, when given, is `cp`'s own next action.
+fn predict(
+    cp: &ControlPlane,
+    policy: &Policy,
+    now_unix: i64,
+    failures: bool,
+    next: Option<&NextAction>,
+) -> Preflight {
+    let own = || {
+        next.cloned()
+            .unwrap_or_else(|| next_action(cp, policy, now_unix))
+    };
+    if let Some(p) = cannot_play(cp, policy, own) {
         return p;
     }
     let start = Counts::of(cp.members());
@@ -55,7 +78,7 @@ fn predict(cp: &ControlPlane, policy: &Policy, now_unix: i64, failures: bool) ->
             ),
         },
     };
-    let next_action = next_for(cp, &last, &readiness, &why, policy, now_unix);
+    let next_action = next_for(cp, &last, &readiness, &why, policy, now_unix, own);
     Preflight {
         readiness,
         reason,
@@ -68,7 +91,12 @@ fn predict(cp: &ControlPlane, policy: &Policy, now_unix: i64, failures: bool) ->
 }
 
 /// A control plane the play cannot start on: teardown, external etcd, unknown health.
-fn cannot_play(cp: &ControlPlane, policy: &Policy, now: i64) -> Option<Preflight> {
+/// `own` works out `cp`'s own next action.
+fn cannot_play(
+    cp: &ControlPlane,
+    policy: &Policy,
+    own: impl Fn() -> NextAction,
+) -> Option<Preflight> {
     let judged = |readiness, reason, why: String, code| {
         Some(Preflight {
             readiness,
@@ -124,7 +152,7 @@ fn cannot_play(cp: &ControlPlane, policy: &Policy, now: i64) -> Option<Preflight
         }
     };
     unknown.map(|why| {
-        let next = next_action(cp, policy, now);
+        let next = own();
         Preflight {
             readiness: Readiness::CannotJudge,
             reason: ReadyReason::EtcdUnknown,
@@ -174,6 +202,7 @@ fn next_for(
     why: &str,
     policy: &Policy,
     now: i64,
+    own: impl FnOnce() -> NextAction,
 ) -> NextAction {
     let kcp = cp.kcp_shown();
     let ns = &cp.kcp.namespace;
@@ -218,9 +247,14 @@ fn next_for(
             }
         }
         _ => {
-            // The stuck state's own next action when it names one, else the present's.
-            let stuck = next_action(last, policy, now);
-            let start = next_action(cp, policy, now);
+            // The present's own next action when it names one, else the stuck state's.
+            let start = own();
+            // Stuck before the first step: the stuck state is the present.
+            let stuck = if last == cp {
+                start.clone()
+            } else {
+                next_action(last, policy, now)
+            };
             let useful =
                 |a: &NextAction| a.code != ActionCode::None && a.code != ActionCode::WaitForRollout;
             if useful(&start) {

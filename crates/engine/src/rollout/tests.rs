@@ -457,3 +457,101 @@ fn the_learner_gate_on_v1_28_plays_learner_joins() {
     assert_eq!(kinds(&p)[..3], ["create", "join", "promote"]);
     assert_eq!(p.readiness, Readiness::Ready, "{}", p.summary());
 }
+
+/// [`readiness_given`] with the control plane's own next action is [`readiness`], and the
+/// prediction never works that next action out again: only the play's simulated control planes
+/// are asked about.
+#[test]
+fn readiness_given_the_next_action_is_readiness_without_asking_again() {
+    let policy = Policy::default();
+    let one_down = cp(3, &[("m1", healthy()), ("m2", down()), ("m3", healthy())]);
+    let unknown = cp(
+        3,
+        &[
+            ("m1", healthy()),
+            ("m2", Health::Unknown),
+            ("m3", healthy()),
+        ],
+    );
+    let mut probe_failed = three();
+    probe_failed.etcd = EtcdState::Unknown {
+        reason: "connection refused".into(),
+    };
+    let mut stalled_learner = three();
+    add_machine(&mut stalled_learner, "m4");
+    add_member(&mut stalled_learner, 4, "m4", healthy(), true);
+    let mut young_learner = stalled_learner.clone();
+    machine_mut(&mut young_learner, "m4").created_unix = Some(NOW - 30);
+    let mut leftover = three();
+    add_member(&mut leftover, 9, "", healthy(), true);
+    let mut no_surge = three();
+    no_surge.kcp.max_surge = 0;
+    let mut paused = one_down.clone();
+    paused.cluster.paused = true;
+    let mut deleting = three();
+    deleting.kcp.deleting = true;
+    let mut external = three();
+    external.kcp.etcd = EtcdTopology::External;
+    let mut held = cp(
+        3,
+        &[
+            ("m1", healthy()),
+            ("m2", healthy()),
+            ("m3", healthy()),
+            ("m4", healthy()),
+        ],
+    );
+    let m = machine_mut(&mut held, "m4");
+    m.deleting = true;
+    m.annotations.insert(
+        "pre-terminate.delete.hook.machine.cluster.x-k8s.io/backup".into(),
+        String::new(),
+    );
+    let mut hooked = three();
+    machine_mut(&mut hooked, "m1").annotations.insert(
+        "pre-terminate.delete.hook.machine.cluster.x-k8s.io/backup".into(),
+        String::new(),
+    );
+    let mut refused = one_down.clone();
+    machine_mut(&mut refused, "m1")
+        .annotations
+        .insert(ANNOTATION_REMEDIATE.into(), String::new());
+    for (what, c) in [
+        ("healthy", three()),
+        ("a member down", one_down),
+        ("a member's health unknown", unknown),
+        ("the probe failed", probe_failed),
+        ("a stalled learner", stalled_learner),
+        ("a young learner", young_learner),
+        ("a leftover learner", leftover),
+        ("maxSurge 0", no_surge),
+        ("paused with a member down", paused),
+        ("being deleted", deleting),
+        ("external etcd", external),
+        ("a deletion held by a foreign hook", held),
+        ("a refused remediation", refused),
+        ("a foreign hook on the first Machine to go", hooked),
+        ("one replica", cp(1, &[("m1", healthy())])),
+        ("voting joins", three_voting()),
+    ] {
+        let next = crate::next_action::next_action(&c, &policy, NOW);
+        let (given, asked) = next_actions_asked(|| readiness_given(&c, &next, &policy, NOW));
+        assert_eq!(given, readiness(&c, &policy, NOW), "{what}");
+        // A deletion the webhook denies at the first step is judged on the present itself,
+        // and the denial's words end with its next action (`admit_deletion`): that one is
+        // worked out again, by the play, not by the prediction.
+        if what == "a foreign hook on the first Machine to go" {
+            // Stuck past the first step, on nothing the present needs done: the stuck state's
+            // own next action is what clears it, not the present's.
+            assert_eq!(next.code, ActionCode::None);
+            assert_eq!(given.readiness, Readiness::WouldStick { at: 5, of: 15 });
+            assert_eq!(given.next_action.code, ActionCode::WaitForDeletion);
+        }
+        let again = usize::from(what == "a refused remediation");
+        assert_eq!(
+            asked.iter().filter(|a| **a == c).count(),
+            again,
+            "{what}: the given next action was worked out again"
+        );
+    }
+}

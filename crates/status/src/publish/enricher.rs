@@ -1,16 +1,16 @@
-//! The status enricher's loop ([`enrich`]): sweep, record metrics, publish when leading, wait;
-//! the figures of every probed cluster the metrics are made of ([`figures`]), and the rollout
-//! prediction of every KCP ([`rollouts`]).
+//! The status enricher's loop ([`enrich`]): sweep, snapshot every KCP, record metrics, publish
+//! when leading, wait; and the figures of every probed cluster the metrics are made of
+//! ([`figures`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::Client;
 
+use super::snapshot::snapshots_yielding;
 use super::{Publisher, Summary};
-use crate::metrics::{ClusterFigures, EnricherMetrics, RolloutFigures};
+use crate::metrics::{ClusterFigures, EnricherMetrics};
 use quorumguard_engine::quorum::Tally;
-use quorumguard_engine::rollout::readiness;
 use quorumguard_engine::{EtcdState, Policy};
 use quorumguard_observe::etcd::sweep::{Probers, SweepConfig, sweep_once};
 use quorumguard_observe::state::ClusterState;
@@ -45,64 +45,6 @@ pub fn figures(state: &ClusterState) -> Vec<ClusterFigures> {
         .collect()
 }
 
-/// The rollout prediction ([`readiness`]: `preflight` without its one-more-failure column) of
-/// every KCP in the caches, from the control plane as the caches and the latest probe show it (the one the published conditions are made of), as
-/// of `now_unix`. A KCP whose cluster has not been probed yet is left out, as the status writer
-/// leaves it (not probed yet is no failure); one whose latest probe failed is `cannot_judge`.
-/// Computed once per sweep, never per review.
-pub fn rollouts(state: &ClusterState, policy: &Policy, now_unix: i64) -> Vec<RolloutFigures> {
-    let now = Instant::now();
-    state
-        .kcps()
-        .into_iter()
-        .filter_map(|(ns, kcp)| rollout(state, policy, now_unix, now, ns, kcp))
-        .collect()
-}
-
-/// KCPs predicted between two yields of the enricher's runtime in [`enrich`].
-const PREDICTIONS_PER_YIELD: usize = 32;
-
-/// [`rollouts`], handing the enricher's runtime back every [`PREDICTIONS_PER_YIELD`] KCPs. That
-/// single-threaded runtime also drives the kept etcd connections, which the webhook's fresh
-/// probes share: a prediction of 1,000 KCPs in one go (tenths of a second) would hold up a
-/// review waiting for a fresh probe.
-async fn rollouts_yielding(
-    state: &ClusterState,
-    policy: &Policy,
-    now_unix: i64,
-) -> Vec<RolloutFigures> {
-    let now = Instant::now();
-    let mut out = Vec::new();
-    for chunk in state.kcps().chunks(PREDICTIONS_PER_YIELD) {
-        out.extend(
-            chunk
-                .iter()
-                .cloned()
-                .filter_map(|(ns, kcp)| rollout(state, policy, now_unix, now, ns, kcp)),
-        );
-        tokio::task::yield_now().await;
-    }
-    out
-}
-
-/// The prediction of KCP `ns/kcp`: `None` while its cluster awaits its first probe, or when the
-/// KCP is gone.
-fn rollout(
-    state: &ClusterState,
-    policy: &Policy,
-    now_unix: i64,
-    now: Instant,
-    ns: String,
-    kcp: String,
-) -> Option<RolloutFigures> {
-    if state.awaits_first_probe(&ns, &kcp) {
-        return None;
-    }
-    let cp = state.control_plane(&ns, &kcp, now).ok()?;
-    let predicted = readiness(&cp, policy, now_unix);
-    Some(RolloutFigures::of(ns, kcp, &predicted))
-}
-
 /// Hands the pages of memory freed during a cycle back to the OS.
 ///
 /// A cycle allocates and frees a lot in bursts (TLS handshakes and client certificates for new
@@ -124,8 +66,10 @@ const MIN_GAP: Duration = Duration::from_secs(1);
 /// The status enricher: sweep, record metrics, publish (when leading), wait for the interval, a
 /// Machine appearing or going, or a change of leadership; forever. `first_sweep` is told when
 /// the first sweep after the caches synced is done (readiness waits for it). `probers` are
-/// shared with the webhook's fresh probes ([`quorumguard_observe::etcd::fresh`]). After each sweep every KCP's
-/// rollout is predicted under `policy` (the webhook's) for `quorumguard_rollout_ready`.
+/// shared with the webhook's fresh probes ([`quorumguard_observe::etcd::fresh`]). After each sweep every KCP is
+/// snapshotted once ([`super::Snapshot`]) under `policy` (the webhook's): its rollout
+/// prediction for `quorumguard_rollout_ready`, its fingerprint and its conditions are read from
+/// that one snapshot.
 #[allow(clippy::too_many_arguments)]
 pub async fn enrich(
     client: Client,
@@ -155,10 +99,11 @@ pub async fn enrich(
         }
         let swept = started.elapsed();
         metrics.observe_sweep(&figures(&state));
+        let mut snapshots = Vec::new();
         if synced {
             let predicting = Instant::now();
-            let predicted =
-                rollouts_yielding(&state, &policy, quorumguard_observe::unix_now()).await;
+            snapshots = snapshots_yielding(&state, &policy, quorumguard_observe::unix_now()).await;
+            let predicted: Vec<_> = snapshots.iter().map(|s| s.rollout.clone()).collect();
             metrics.observe_rollouts(&predicted, predicting.elapsed());
         }
         let mut published = None;
@@ -166,7 +111,7 @@ pub async fn enrich(
             metrics.set_leader(p.leadership().is_leader());
             let s = if synced {
                 let publish_started = Instant::now();
-                let s = p.publish_all().await;
+                let s = p.publish_all(&snapshots).await;
                 published = Some(publish_started.elapsed());
                 s
             } else {
@@ -182,6 +127,7 @@ pub async fn enrich(
                 );
             }
         }
+        drop(snapshots);
         if synced {
             metrics.observe_cycle(swept, published);
             release_freed_memory();
@@ -209,8 +155,8 @@ pub async fn enrich(
                 let gap = MIN_GAP.min(sweep.interval);
                 tokio::time::sleep(gap.saturating_sub(started.elapsed())).await;
             }
-            // Taking over: publish at once (publish_all re-reads everything); losing: the
-            // next round skips publishing and updates the metric.
+            // Taking over: publish at once (the next round snapshots everything again);
+            // losing: the next round skips publishing and updates the metric.
             Wake::Leadership => {}
             Wake::ElectorGone => leadership = None,
         }
