@@ -16,7 +16,9 @@ use quorumguard::engine::model::{
     Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology, Health, HealthCheck,
     HealthChecks, Kcp, Machine, Member,
 };
-use quorumguard::engine::{Operation, Policy, Requester, admit_deletion, decide, next_action};
+use quorumguard::engine::{
+    EtcdBasis, Operation, Policy, Requester, admit_deletion, decide, next_action,
+};
 use serde_json::{Value, json};
 use testkit::reviews::{fixture, with_managed_fields};
 
@@ -85,7 +87,16 @@ fn decisions(c: &mut Criterion) {
         // does not show.
         let m = &cp.machines[n - 1];
         g.bench_with_input(BenchmarkId::new("admit_delete_machine", n), &cp, |b, cp| {
-            b.iter(|| admit_deletion(black_box(cp), black_box(m), &kcp, &policy, NOW))
+            b.iter(|| {
+                admit_deletion(
+                    black_box(cp),
+                    black_box(m),
+                    &kcp,
+                    &policy,
+                    NOW,
+                    EtcdBasis::Record,
+                )
+            })
         });
         g.bench_with_input(BenchmarkId::new("next_action", n), &cp, |b, cp| {
             b.iter(|| next_action(black_box(cp), &policy, NOW))

@@ -1,14 +1,15 @@
 //! The validating admission webhook: HTTP in, the engine's verdict out.
 //!
-//! A review is first decided from the caches and the record of the latest etcd probes. Denials,
-//! unconditional allows and allows that do not rest on etcd (a memberless Machine, external
-//! etcd, no replica change) are answered from that at once, in microseconds. An allow that
-//! rests on etcd health ([`Reason::allow_rests_on_etcd`]) is decided again on a fresh probe of
-//! the cluster's etcd, taken after the request arrived ([`quorumguard_observe::etcd::fresh`]): an allow that
-//! depends on etcd health rests on answers etcd gave after the request arrived. That wait is
-//! bounded by `--fresh-probe-timeout`, well inside the webhook's `timeoutSeconds`; a probe that
-//! fails or runs out of time leaves the decision to the unknown-health policy, never to the
-//! cached record. Nothing waits on the API server. Events are handed to a bounded queue and
+//! A review is first decided by the engine from the caches and the record of the latest etcd
+//! probes. Denials, unconditional allows and allows that do not rest on etcd (external etcd, no
+//! replica change) are answered from that at once, in microseconds. An allow that rests on
+//! etcd, the engine answers [`Answer::ConfirmOnFreshProbe`]: the webhook asks again on a fresh
+//! probe of the cluster's etcd, taken after the request arrived
+//! ([`quorumguard_observe::etcd::fresh`]), so that an allow that depends on etcd health rests
+//! on answers etcd gave after the request arrived. The engine says which answers need a probe;
+//! the webhook only takes it. That wait is bounded by `--fresh-probe-timeout`, well inside the
+//! webhook's `timeoutSeconds`; a probe that fails or runs out of time leaves the decision to the
+//! unknown-health policy, never to the cached record. Nothing waits on the API server. Events are handed to a bounded queue and
 //! published in the background.
 //!
 //! This crate is the webhook and nothing else: decode, decide (through the engine), answer,
@@ -32,8 +33,8 @@ use axum::routing::post;
 
 use events::{EventSink, Notice};
 use quorumguard_engine::{
-    ANNOTATION_BREAK_GLASS, EtcdSnapshot, EtcdState, Judgement, Machine, Member, OnUnknownHealth,
-    Operation, Policy, Reason, admit, admit_deletion, failed_view, fresh_view,
+    ANNOTATION_BREAK_GLASS, Answer, EtcdBasis, EtcdSnapshot, EtcdState, Judgement, Machine, Member,
+    OnUnknownHealth, Operation, Policy, Reason, admit, admit_deletion, failed_view, fresh_view,
 };
 use quorumguard_observe::etcd::fresh::{Fresh, FreshProbes};
 use quorumguard_observe::state::{ClusterState, Lookup, ProbeTarget};
@@ -62,7 +63,8 @@ enum Pass {
     /// On the caches and the record, and final: no fresh probe follows (no prober, or the
     /// caller is synchronous).
     Only,
-    /// On the caches and the record; an allow that rests on etcd asks for a fresh probe.
+    /// On the caches and the record; an answer the engine gives only on a fresh probe
+    /// ([`Answer::ConfirmOnFreshProbe`]) asks for one.
     First,
     /// On a fresh probe: etcd as the decision counts it.
     Fresh(EtcdState),
@@ -72,8 +74,8 @@ enum Pass {
 struct Step {
     /// The answer; only provisional when `probe` is set (nothing reserved or published).
     outcome: Outcome,
-    /// Under [`Pass::First`], an allow that rests on etcd: probe this cluster afresh, judge
-    /// the probe against this record, and decide again.
+    /// Under [`Pass::First`], the engine's [`Answer::ConfirmOnFreshProbe`]: probe this cluster
+    /// afresh, judge the probe against this record, and decide again.
     probe: Option<(ProbeTarget, Vec<Member>)>,
 }
 
@@ -182,10 +184,11 @@ impl Webhook {
         self.decide(d, Pass::Fresh(etcd), None).outcome
     }
 
-    /// One decision of review `d`. Under [`Pass::First`] an allow that rests on etcd is not
-    /// final: nothing is reserved or published, and [`Step::probe`] asks for a fresh probe; a
-    /// denial that rests on etcd health has the cluster probed in the background (`arrived`
-    /// set), so that the next review sees a recovery.
+    /// One decision of review `d`: the engine answers; the webhook reserves, publishes and
+    /// probes as that answer says. Under [`Pass::First`], an answer the engine gives only on a
+    /// fresh probe is not final: nothing is reserved or published, and [`Step::probe`] asks
+    /// for the probe; a denial the engine wants etcd probed after has the cluster probed in
+    /// the background (`arrived` set), so that the next review sees a recovery.
     fn decide(&self, d: &Decoded, pass: Pass, arrived: Option<Instant>) -> Step {
         let now = Instant::now();
         let now_unix = quorumguard_observe::unix_now();
@@ -248,33 +251,44 @@ impl Webhook {
             cp.kcp = k.kcp.clone();
         }
         let first = matches!(pass, Pass::First);
-        if let Pass::Fresh(etcd) = pass {
-            cp.etcd = etcd;
-        }
+        let etcd = match pass {
+            Pass::Fresh(etcd) => {
+                cp.etcd = etcd;
+                EtcdBasis::FreshProbe
+            }
+            Pass::First | Pass::Only => EtcdBasis::Record,
+        };
         reservations.apply(&key, &mut cp, now, &self.state);
         let mut reservations = reserving.then_some(reservations);
-        let verdict = match &ask {
-            Ask::Delete(m) => admit_deletion(&cp, m, &d.requester, &self.policy, now_unix),
-            Ask::Update(op) => admit(&cp, op, &d.requester, &self.policy, now_unix),
+        let answer = match &ask {
+            Ask::Delete(m) => admit_deletion(&cp, m, &d.requester, &self.policy, now_unix, etcd),
+            Ask::Update(op) => admit(&cp, op, &d.requester, &self.policy, now_unix, etcd),
         };
-        if first
-            && verdict.allowed
-            && verdict.reason.allow_rests_on_etcd()
-            && let Some(target) = self.state.probe_target(&key.0, &key.1)
-        {
-            let record = match cp.etcd {
-                EtcdState::Observed(s) => s.members,
-                EtcdState::Unknown { .. } => Vec::new(),
-            };
-            return Step {
-                outcome: Outcome {
-                    allowed: verdict.allowed,
-                    reason: verdict.reason.as_str(),
-                    verdict: Some(verdict),
-                },
-                probe: Some((target, record)),
-            };
-        }
+        // The engine says whether its answer needs a fresh probe; the webhook takes it when it
+        // can (a first pass, a cluster it knows how to reach).
+        let (verdict, refresh) = match answer {
+            Answer::ConfirmOnFreshProbe(verdict) if first => {
+                match self.state.probe_target(&key.0, &key.1) {
+                    Some(target) => {
+                        let record = match cp.etcd {
+                            EtcdState::Observed(s) => s.members,
+                            EtcdState::Unknown { .. } => Vec::new(),
+                        };
+                        return Step {
+                            outcome: Outcome {
+                                allowed: verdict.allowed,
+                                reason: verdict.reason.as_str(),
+                                verdict: Some(verdict),
+                            },
+                            probe: Some((target, record)),
+                        };
+                    }
+                    None => (verdict, false),
+                }
+            }
+            Answer::DeniedRefreshInBackground(verdict) => (verdict, first),
+            answer => (answer.into_judgement(), false),
+        };
         if let Some(reservations) = reservations.as_mut().filter(|_| verdict.allowed) {
             match &ask {
                 Ask::Delete(m)
@@ -297,9 +311,7 @@ impl Webhook {
             }
         }
         drop(reservations);
-        if first
-            && !verdict.allowed
-            && verdict.reason.denial_rests_on_etcd()
+        if refresh
             && let (Some(fresh), Some(arrived)) = (&self.fresh, arrived)
             && let Some(target) = self.state.probe_target(&key.0, &key.1)
         {
