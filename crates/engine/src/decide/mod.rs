@@ -3,8 +3,9 @@
 //! ends with.
 //!
 //! This module owns the entry points ([`decide`], [`admit`], [`admit_deletion`]), the full
-//! answer ([`Verdict`]) and the webhook's ([`Answer`]: whether it needs a fresh etcd probe). It sits above both layers it combines: `decide` -> `next_action` ->
-//! `judge`, and `decide` -> `judge`; neither of them reads this module.
+//! answer ([`Verdict`]) and the webhook's ([`Answer`]: whether it needs a fresh etcd probe).
+//! It sits above both layers it combines: `decide` -> `next_action` -> `judge`, and `decide`
+//! -> `judge`; neither of them reads this module.
 
 mod answer;
 
