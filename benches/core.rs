@@ -10,13 +10,15 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use quorumguard::admission::Webhook;
 use quorumguard::admission::review::{self, Endpoint};
+use quorumguard::admission::{ReviewReason, Webhook};
 use quorumguard::engine::model::{
     Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology, Health, HealthCheck,
     HealthChecks, Kcp, Machine, Member,
 };
-use quorumguard::engine::{Operation, Policy, Requester, admit_deletion, decide, next_action};
+use quorumguard::engine::{
+    EtcdBasis, Operation, Policy, Requester, admit_deletion, decide, next_action,
+};
 use serde_json::{Value, json};
 use testkit::reviews::{fixture, with_managed_fields};
 
@@ -85,7 +87,16 @@ fn decisions(c: &mut Criterion) {
         // does not show.
         let m = &cp.machines[n - 1];
         g.bench_with_input(BenchmarkId::new("admit_delete_machine", n), &cp, |b, cp| {
-            b.iter(|| admit_deletion(black_box(cp), black_box(m), &kcp, &policy, NOW))
+            b.iter(|| {
+                admit_deletion(
+                    black_box(cp),
+                    black_box(m),
+                    &kcp,
+                    &policy,
+                    NOW,
+                    EtcdBasis::Record,
+                )
+            })
         });
         g.bench_with_input(BenchmarkId::new("next_action", n), &cp, |b, cp| {
             b.iter(|| next_action(black_box(cp), &policy, NOW))
@@ -143,18 +154,12 @@ fn review_path(c: &mut Criterion) {
     let once = |body: &[u8]| -> Vec<u8> {
         let d = review::decode(Endpoint::Machines, body).expect("decodes");
         let o = w.judge(&d);
-        let v = o
-            .verdict
-            .as_ref()
-            .unwrap_or_else(|| panic!("no verdict: {}", o.reason));
-        let resp = review::respond(
-            &d.uid,
-            v.allowed,
-            v.reason.as_str(),
-            &v.message,
-            &v.warnings,
+        assert!(
+            matches!(o.reason, ReviewReason::Engine(_)),
+            "no verdict: {}",
+            o.reason
         );
-        serde_json::to_vec(&resp).expect("serializes")
+        serde_json::to_vec(&o.response(&d.uid)).expect("serializes")
     };
     let first: Value = serde_json::from_slice(&once(&body)).expect("response");
     assert_eq!(first["response"]["allowed"], false, "{first:#}");
@@ -179,19 +184,10 @@ fn review_path(c: &mut Criterion) {
     g.bench_function("machine_delete_10k_judge_only", |b| {
         b.iter(|| w.judge(black_box(&decoded)))
     });
-    let outcome = w.judge(&decoded);
-    let v = outcome.verdict.as_ref().expect("verdict");
+    let v = w.judge(&decoded);
+    assert!(matches!(v.reason, ReviewReason::Engine(_)), "{}", v.reason);
     g.bench_function("machine_delete_10k_respond_only", |b| {
-        b.iter(|| {
-            let resp = review::respond(
-                black_box(&decoded.uid),
-                v.allowed,
-                v.reason.as_str(),
-                &v.message,
-                &v.warnings,
-            );
-            serde_json::to_vec(&resp).expect("serializes")
-        })
+        b.iter(|| serde_json::to_vec(&v.response(black_box(&decoded.uid))).expect("serializes"))
     });
     g.finish();
 }

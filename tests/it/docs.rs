@@ -8,9 +8,10 @@
 //!   row in that command's flag table in docs/, with the same default and the same environment
 //!   variable as `--help` shows; every flag a table names exists, and so does every flag of a
 //!   `quorumguard <command> ...` command line anywhere in the docs (code blocks and code spans).
-//! - **Codes.** Every admission reason (`Reason::ALL`), next action (`ActionCode::ALL`),
-//!   EtcdQuorum reason (`QuorumReason::ALL`) and rollout prediction reason (`ReadyReason::ALL`)
-//!   is in a code table of README.md or docs/ (a column headed `Reason`, `Next action`,
+//! - **Codes.** Every admission reason (`Reason::ALL`), webhook reason of its own
+//!   (`ReviewReason::OWN`), next action (`ActionCode::ALL`), EtcdQuorum reason
+//!   (`QuorumReason::ALL`) and rollout prediction reason (`ReadyReason::ALL`) is in a code table
+//!   of README.md or docs/ (a column headed `Reason`, `Webhook reason`, `Next action`,
 //!   `EtcdQuorum reason`, `Rollout reason` or `Preflight reason`), and every code such a column
 //!   names exists.
 //! - **CamelCase.** Every backticked CamelCase word in README.md and docs/ is a code, an alert of
@@ -37,6 +38,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use quorumguard::admission::ReviewReason;
 use quorumguard::engine::rollout::ReadyReason;
 use quorumguard::engine::{ActionCode, Reason};
 use quorumguard::status::conditions::QuorumReason;
@@ -951,8 +953,9 @@ fn command_lines_in_the_docs_use_flags_that_exist() {
 }
 
 /// The kinds of codes, by the header of the table column that lists them.
-const CODE_COLUMNS: [&str; 5] = [
+const CODE_COLUMNS: [&str; 6] = [
     "Reason",
+    "Webhook reason",
     "Next action",
     "EtcdQuorum reason",
     "Rollout reason",
@@ -962,6 +965,10 @@ const CODE_COLUMNS: [&str; 5] = [
 fn codes_of(column: &str) -> BTreeSet<String> {
     match column {
         "Reason" => Reason::ALL.iter().map(|r| r.as_str().to_string()).collect(),
+        "Webhook reason" => ReviewReason::OWN
+            .iter()
+            .map(|r| r.as_str().to_string())
+            .collect(),
         "Next action" => ActionCode::ALL
             .iter()
             .map(|a| a.as_str().to_string())
@@ -1068,7 +1075,7 @@ fn camel_case_words_in_the_docs_are_codes_that_exist() {
             for code in md::code_spans(&unit) {
                 if camel_case(&code) && !known.contains(&code) {
                     problems.push(format!(
-                        "{}:{no}: `{code}` is no reason, next action, EtcdQuorum reason or alert",
+                        "{}:{no}: `{code}` is no reason, webhook reason, next action, EtcdQuorum reason or alert",
                         rel.display()
                     ));
                 }

@@ -770,25 +770,13 @@ fn review_path(endpoint: Endpoint, body: &[u8]) -> Result<(), TestCaseError> {
     };
     let w = webhook();
     let o = w.judge(&d);
-    let (reason, message, warnings) = match &o.verdict {
-        Some(v) => {
-            prop_assert_eq!(v.allowed, o.allowed);
-            (
-                v.reason.as_str().to_string(),
-                v.message.clone(),
-                v.warnings.clone(),
-            )
-        }
-        None => (o.reason.to_string(), "no verdict".to_string(), Vec::new()),
-    };
-    let resp = review::respond(&d.uid, o.allowed, &reason, &message, &warnings);
-    let v: Value = serde_json::to_value(&resp).expect("serializes");
+    let v: Value = serde_json::to_value(o.response(&d.uid)).expect("serializes");
     prop_assert_eq!(&v["apiVersion"], "admission.k8s.io/v1");
     prop_assert_eq!(&v["response"]["uid"], d.uid.as_str());
     prop_assert_eq!(&v["response"]["allowed"], o.allowed);
     if !o.allowed {
         prop_assert_eq!(&v["response"]["status"]["code"], 403);
-        prop_assert!(!message.is_empty());
+        prop_assert!(!o.message.is_empty());
     }
     Ok(())
 }

@@ -1,22 +1,24 @@
 //! The validating admission webhook: HTTP in, the engine's verdict out.
 //!
-//! A review is first decided from the caches and the record of the latest etcd probes. Denials,
-//! unconditional allows and allows that do not rest on etcd (a memberless Machine, external
-//! etcd, no replica change) are answered from that at once, in microseconds. An allow that
-//! rests on etcd health ([`Reason::allow_rests_on_etcd`]) is decided again on a fresh probe of
-//! the cluster's etcd, taken after the request arrived ([`quorumguard_observe::etcd::fresh`]): an allow that
-//! depends on etcd health rests on answers etcd gave after the request arrived. That wait is
-//! bounded by `--fresh-probe-timeout`, well inside the webhook's `timeoutSeconds`; a probe that
-//! fails or runs out of time leaves the decision to the unknown-health policy, never to the
-//! cached record. Nothing waits on the API server. Events are handed to a bounded queue and
+//! A review is first decided by the engine from the caches and the record of the latest etcd
+//! probes. Denials, unconditional allows and allows that do not rest on etcd (external etcd, no
+//! replica change) are answered from that at once, in microseconds. An allow that rests on
+//! etcd, the engine answers [`Answer::ConfirmOnFreshProbe`]: the webhook asks again on a fresh
+//! probe of the cluster's etcd, taken after the request arrived
+//! ([`quorumguard_observe::etcd::fresh`]), so that an allow that depends on etcd health rests
+//! on answers etcd gave after the request arrived. The engine says which answers need a probe;
+//! the webhook only takes it. That wait is bounded by `--fresh-probe-timeout`, well inside the
+//! webhook's `timeoutSeconds`; a probe that fails or runs out of time leaves the decision to the
+//! unknown-health policy, never to the cached record. Nothing waits on the API server. Events are handed to a bounded queue and
 //! published in the background.
 //!
-//! This crate is the webhook and nothing else: decode, decide (through the engine), answer,
-//! reserve, record Events. It may depend on `quorumguard-engine`, `quorumguard-observe` (the
+//! This crate is the webhook and nothing else: decode, decide (through the engine), answer
+//! ([`Outcome`], its reason one [`ReviewReason`]), reserve, record Events. It may depend on `quorumguard-engine`, `quorumguard-observe` (the
 //! caches, the record of probes, fresh probes) and `quorumguard-telemetry`; only the command
 //! line (`quorumguard-cli`) depends on it (tests/it/architecture.rs).
 
 pub mod events;
+pub mod outcome;
 pub mod reservations;
 pub mod review;
 
@@ -31,9 +33,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 
 use events::{EventSink, Notice};
+pub use outcome::{Outcome, ReviewReason};
 use quorumguard_engine::{
-    ANNOTATION_BREAK_GLASS, EtcdSnapshot, EtcdState, Judgement, Machine, Member, OnUnknownHealth,
-    Operation, Policy, Reason, admit, admit_deletion, failed_view, fresh_view,
+    Answer, ControlPlane, EtcdBasis, EtcdSnapshot, EtcdState, Judgement, Machine, Member,
+    Operation, Policy, Reason, Requester, admit, admit_deletion, failed_view, fresh_view,
 };
 use quorumguard_observe::etcd::fresh::{Fresh, FreshProbes};
 use quorumguard_observe::state::{ClusterState, Lookup, ProbeTarget};
@@ -62,8 +65,9 @@ enum Pass {
     /// On the caches and the record, and final: no fresh probe follows (no prober, or the
     /// caller is synchronous).
     Only,
-    /// On the caches and the record; an allow that rests on etcd asks for a fresh probe.
-    First,
+    /// On the caches and the record, for a review that arrived at this instant: an answer the
+    /// engine gives only on a fresh probe ([`Answer::ConfirmOnFreshProbe`]) asks for one.
+    First(Instant),
     /// On a fresh probe: etcd as the decision counts it.
     Fresh(EtcdState),
 }
@@ -72,8 +76,8 @@ enum Pass {
 struct Step {
     /// The answer; only provisional when `probe` is set (nothing reserved or published).
     outcome: Outcome,
-    /// Under [`Pass::First`], an allow that rests on etcd: probe this cluster afresh, judge
-    /// the probe against this record, and decide again.
+    /// Under [`Pass::First`], the engine's [`Answer::ConfirmOnFreshProbe`]: probe this cluster
+    /// afresh, judge the probe against this record, and decide again.
     probe: Option<(ProbeTarget, Vec<Member>)>,
 }
 
@@ -84,15 +88,6 @@ impl From<Outcome> for Step {
             probe: None,
         }
     }
-}
-
-/// The outcome of one review, for the log line, the metrics and the response.
-pub struct Outcome {
-    pub allowed: bool,
-    /// The reason code (a [`Reason`] or one of the webhook's own: `NotHandled`, ...).
-    pub reason: &'static str,
-    /// The engine's answer ([`admit`]: a denial's message ends with the next safe action).
-    pub verdict: Option<Judgement>,
 }
 
 impl Webhook {
@@ -144,7 +139,7 @@ impl Webhook {
     /// synchronous and quick, it never waits. What `serve` answers is [`Webhook::review`], which
     /// takes a fresh probe where an allow rests on etcd.
     pub fn judge(&self, d: &Decoded) -> Outcome {
-        self.decide(d, Pass::Only, None).outcome
+        self.decide(d, Pass::Only).outcome
     }
 
     /// Decides a decoded review that arrived at `arrived`: on the caches and the record; then,
@@ -155,7 +150,7 @@ impl Webhook {
         let Some(fresh) = &self.fresh else {
             return self.judge(d);
         };
-        let first = self.decide(d, Pass::First, Some(arrived));
+        let first = self.decide(d, Pass::First(arrived));
         let Some((target, record)) = first.probe else {
             return first.outcome;
         };
@@ -179,66 +174,32 @@ impl Webhook {
                 )
             }
         };
-        self.decide(d, Pass::Fresh(etcd), None).outcome
+        self.decide(d, Pass::Fresh(etcd)).outcome
     }
 
-    /// One decision of review `d`. Under [`Pass::First`] an allow that rests on etcd is not
-    /// final: nothing is reserved or published, and [`Step::probe`] asks for a fresh probe; a
-    /// denial that rests on etcd health has the cluster probed in the background (`arrived`
-    /// set), so that the next review sees a recovery.
-    fn decide(&self, d: &Decoded, pass: Pass, arrived: Option<Instant>) -> Step {
-        let now = Instant::now();
-        let now_unix = quorumguard_observe::unix_now();
-        let (kcp_name, ask) = match &d.subject {
-            Subject::Unhandled(_) => {
-                return Outcome {
-                    allowed: true,
-                    reason: "NotHandled",
-                    verdict: None,
-                }
-                .into();
-            }
-            Subject::MachineDelete { machine, .. } => {
-                let Some(kcp) = machine.control_plane_name.clone() else {
-                    return unguarded().into();
-                };
-                (kcp, Ask::Delete(&machine.machine))
-            }
-            Subject::KcpUpdate {
-                kcp,
-                from,
-                to,
-                starts_rollout,
-                ..
-            } => (
-                kcp.clone(),
-                Ask::Update(Operation::UpdateKcp {
-                    replicas_from: *from,
-                    replicas_to: *to,
-                    starts_rollout: *starts_rollout,
-                }),
-            ),
+    /// One decision of review `d`: the engine answers; the webhook reserves, publishes and
+    /// probes as that answer says. Under [`Pass::First`], an answer the engine gives only on a
+    /// fresh probe is not final: nothing is reserved or published, and [`Step::probe`] asks
+    /// for the probe; a denial the engine wants etcd probed after has the cluster probed in
+    /// the background, so that the next review sees a recovery.
+    fn decide(&self, d: &Decoded, pass: Pass) -> Step {
+        let (kcp_name, question) = match Question::of(d) {
+            Ok(q) => q,
+            Err(outcome) => return outcome.into(),
         };
+        let now = Instant::now();
         let key = (d.namespace.clone(), kcp_name);
         // A review that may reserve (a Machine deletion or a replica change, not a dry run)
         // decides under the lock, so that the next review sees its reservation; the others
         // decide after releasing it: under concurrent load, a lock held through every decision
         // made the server threads wait on each other.
-        let reserving = !d.dry_run
-            && match &ask {
-                Ask::Delete(_) => true,
-                Ask::Update(Operation::UpdateKcp {
-                    replicas_from,
-                    replicas_to,
-                    ..
-                }) => replicas_to != replicas_from,
-                Ask::Update(_) => false,
-            };
         let mut reservations = self.reservations.lock().unwrap_or_else(|e| e.into_inner());
         let mut cp = match self.state.control_plane(&key.0, &key.1, now) {
             Ok(cp) => cp,
-            Err(Lookup::NoSuchKcp) => return unguarded().into(),
-            Err(Lookup::NotSynced) => return self.not_synced(d).into(),
+            Err(Lookup::NoSuchKcp) => return Outcome::unguarded(d).into(),
+            Err(Lookup::NotSynced) => {
+                return Outcome::not_synced(d, &self.policy, &self.state).into();
+            }
         };
         if let Subject::KcpUpdate {
             object: Some(k), ..
@@ -247,82 +208,45 @@ impl Webhook {
             // The request's KCP is fresher than the cache (deletionTimestamp, topology).
             cp.kcp = k.kcp.clone();
         }
-        let first = matches!(pass, Pass::First);
-        if let Pass::Fresh(etcd) = pass {
-            cp.etcd = etcd;
-        }
-        reservations.apply(&key, &mut cp, now, &self.state);
-        let mut reservations = reserving.then_some(reservations);
-        let verdict = match &ask {
-            Ask::Delete(m) => admit_deletion(&cp, m, &d.requester, &self.policy, now_unix),
-            Ask::Update(op) => admit(&cp, op, &d.requester, &self.policy, now_unix),
-        };
-        if first
-            && verdict.allowed
-            && verdict.reason.allow_rests_on_etcd()
-            && let Some(target) = self.state.probe_target(&key.0, &key.1)
-        {
-            let record = match cp.etcd {
-                EtcdState::Observed(s) => s.members,
-                EtcdState::Unknown { .. } => Vec::new(),
-            };
-            return Step {
-                outcome: Outcome {
-                    allowed: verdict.allowed,
-                    reason: verdict.reason.as_str(),
-                    verdict: Some(verdict),
-                },
-                probe: Some((target, record)),
-            };
-        }
-        if let Some(reservations) = reservations.as_mut().filter(|_| verdict.allowed) {
-            match &ask {
-                Ask::Delete(m)
-                    if !verdict.reason.is_unconditional()
-                        || verdict.reason == Reason::BreakGlass =>
-                {
-                    reservations.reserve(key.clone(), (*m).clone(), now, &self.state);
-                }
-                // A scale-up is reserved too: deletions judged next must count its new member.
-                // A change to fewer replicas, however it was allowed, ends such a reservation
-                // once the cache shows it.
-                Ask::Update(Operation::UpdateKcp {
-                    replicas_from,
-                    replicas_to,
-                    ..
-                }) if replicas_to < replicas_from || !verdict.reason.is_unconditional() => {
-                    reservations.reserve_replicas(key.clone(), *replicas_from, *replicas_to, now);
-                }
-                _ => {}
+        let (etcd, arrived) = match pass {
+            Pass::Only => (EtcdBasis::Record, None),
+            Pass::First(arrived) => (EtcdBasis::Record, Some(arrived)),
+            Pass::Fresh(etcd) => {
+                cp.etcd = etcd;
+                (EtcdBasis::FreshProbe, None)
             }
+        };
+        reservations.apply(&key, &mut cp, now, &self.state);
+        let mut reservations = (!d.dry_run && question.reserves()).then_some(reservations);
+        let answer = question.admit(&cp, &d.requester, &self.policy, etcd);
+        let probe_target = || self.state.probe_target(&key.0, &key.1);
+        let (verdict, refresh) = match answer {
+            Answer::ConfirmOnFreshProbe(j) if arrived.is_some() => match probe_target() {
+                Some(target) => {
+                    return Step {
+                        outcome: Outcome::judged(j),
+                        probe: Some((target, record_of(cp.etcd))),
+                    };
+                }
+                None => (j, false),
+            },
+            Answer::DeniedRefreshInBackground(j) => (j, true),
+            answer => (answer.into_judgement(), false),
+        };
+        if let Some(reservations) = reservations.as_mut().filter(|_| verdict.allowed) {
+            question.reserve(reservations, &key, &verdict, now, &self.state);
         }
         drop(reservations);
-        if first
-            && !verdict.allowed
-            && verdict.reason.denial_rests_on_etcd()
+        if refresh
             && let (Some(fresh), Some(arrived)) = (&self.fresh, arrived)
-            && let Some(target) = self.state.probe_target(&key.0, &key.1)
+            && let Some(target) = probe_target()
         {
             fresh.refresh(target, arrived);
         }
         if !d.dry_run && (!verdict.allowed || verdict.reason == Reason::BreakGlass) {
             self.notify(d, &verdict);
         }
-        Outcome {
-            allowed: verdict.allowed,
-            reason: verdict.reason.as_str(),
-            verdict: Some(verdict),
-        }
-        .into()
-    }
-
-    /// The caches are not synced: nothing can be proven. Same policy as unknown health.
-    fn not_synced(&self, d: &Decoded) -> Outcome {
-        Outcome {
-            allowed: self.policy.on_unknown_health(&d.requester) == OnUnknownHealth::Allow,
-            reason: Reason::HealthUnknown.as_str(),
-            verdict: None,
-        }
+        Outcome::judged(verdict).into()
     }
 
     fn notify(&self, d: &Decoded, v: &Judgement) {
@@ -377,9 +301,102 @@ impl Webhook {
 
 /// What a review asks of the engine. A deletion borrows the decoded Machine: an
 /// [`Operation`] would own a clone of it, annotations and all, on every review.
-enum Ask<'a> {
+enum Question<'a> {
     Delete(&'a Machine),
     Update(Operation),
+}
+
+impl<'a> Question<'a> {
+    /// The KCP review `d` is about and what it asks of the engine, or the answer when there
+    /// is nothing to ask (a kind not judged, a Machine of no control plane).
+    fn of(d: &'a Decoded) -> Result<(String, Question<'a>), Outcome> {
+        match &d.subject {
+            Subject::Unhandled(what) => Err(Outcome::not_handled(what)),
+            Subject::MachineDelete { machine, .. } => match &machine.control_plane_name {
+                Some(kcp) => Ok((kcp.clone(), Question::Delete(&machine.machine))),
+                None => Err(Outcome::unguarded(d)),
+            },
+            Subject::KcpUpdate {
+                kcp,
+                from,
+                to,
+                starts_rollout,
+                ..
+            } => Ok((
+                kcp.clone(),
+                Question::Update(Operation::UpdateKcp {
+                    replicas_from: *from,
+                    replicas_to: *to,
+                    starts_rollout: *starts_rollout,
+                }),
+            )),
+        }
+    }
+
+    /// Whether an allow of it may be reserved: a Machine deletion or a replica change.
+    fn reserves(&self) -> bool {
+        match self {
+            Question::Delete(_) => true,
+            Question::Update(Operation::UpdateKcp {
+                replicas_from,
+                replicas_to,
+                ..
+            }) => replicas_to != replicas_from,
+            Question::Update(_) => false,
+        }
+    }
+
+    /// The engine's answer on `cp`, whose etcd comes from `etcd`.
+    fn admit(
+        &self,
+        cp: &ControlPlane,
+        requester: &Requester,
+        policy: &Policy,
+        etcd: EtcdBasis,
+    ) -> Answer {
+        let now_unix = quorumguard_observe::unix_now();
+        match self {
+            Question::Delete(m) => admit_deletion(cp, m, requester, policy, now_unix, etcd),
+            Question::Update(op) => admit(cp, op, requester, policy, now_unix, etcd),
+        }
+    }
+
+    /// Reserves what `verdict` allowed, so that the reviews after it count it.
+    fn reserve(
+        &self,
+        reservations: &mut Reservations,
+        key: &(String, String),
+        verdict: &Judgement,
+        now: Instant,
+        state: &ClusterState,
+    ) {
+        match self {
+            Question::Delete(m)
+                if !verdict.reason.is_unconditional() || verdict.reason == Reason::BreakGlass =>
+            {
+                reservations.reserve(key.clone(), (*m).clone(), now, state);
+            }
+            // A scale-up is reserved too: deletions judged next must count its new member. A
+            // change to fewer replicas, however it was allowed, ends such a reservation once
+            // the cache shows it.
+            Question::Update(Operation::UpdateKcp {
+                replicas_from,
+                replicas_to,
+                ..
+            }) if replicas_to < replicas_from || !verdict.reason.is_unconditional() => {
+                reservations.reserve_replicas(key.clone(), *replicas_from, *replicas_to, now);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The record's member list, which a fresh probe is judged against (none without a record).
+fn record_of(etcd: EtcdState) -> Vec<Member> {
+    match etcd {
+        EtcdState::Observed(s) => s.members,
+        EtcdState::Unknown { .. } => Vec::new(),
+    }
 }
 
 /// etcd as a decision must count it when no fresh probe could be had (`why`): the record's
@@ -403,40 +420,6 @@ fn unknown_now(record: &[Member], why: String) -> EtcdState {
         members,
         age: Some(Duration::ZERO),
     })
-}
-
-/// No KCP guards this object: allowed, said in a warning.
-fn unguarded() -> Outcome {
-    Outcome {
-        allowed: true,
-        reason: "NoControlPlane",
-        verdict: None,
-    }
-}
-
-/// The messages for outcomes without an engine verdict.
-fn plain_message(d: &Decoded, o: &Outcome, state: &ClusterState) -> String {
-    match (&d.subject, o.reason) {
-        (Subject::Unhandled(what), _) => {
-            format!("quorumguard does not judge {what}; allowed")
-        }
-        (_, "NoControlPlane") => format!(
-            "{} {}/{} belongs to no KubeadmControlPlane quorumguard knows; not guarded",
-            d.kind, d.namespace, d.name
-        ),
-        _ => format!(
-            "quorumguard's caches have not synced yet ({}): it cannot prove that {} of {}/{} is safe. Retry in a few seconds; in an emergency set the annotation {ANNOTATION_BREAK_GLASS}=<reason> on the Machine, or delete the ValidatingWebhookConfiguration quorumguard.",
-            quorumguard_observe::state::Kind::ALL
-                .iter()
-                .filter(|k| !state.is_synced(**k))
-                .map(|k| k.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            d.operation,
-            d.namespace,
-            d.name
-        ),
-    }
 }
 
 async fn machines(State(w): State<Arc<Webhook>>, req: Request) -> Response {
@@ -469,13 +452,19 @@ fn is_json(headers: &HeaderMap) -> bool {
     }
 }
 
+/// A request that is no AdmissionReview the webhook can read, in the metrics.
+fn count_bad_request(w: &Webhook, endpoint: Endpoint) {
+    let reason = ReviewReason::BadRequest.as_str();
+    w.metrics
+        .observe_review(endpoint.as_str(), "", true, reason, 0.0);
+}
+
 async fn handle(w: Arc<Webhook>, endpoint: Endpoint, req: Request) -> Response {
     let started = Instant::now();
     let _in_flight = w.metrics.in_flight(endpoint.as_str());
     let (parts, body) = req.into_parts();
     if !is_json(&parts.headers) {
-        w.metrics
-            .observe_review(endpoint.as_str(), "", true, "BadRequest", 0.0);
+        count_bad_request(&w, endpoint);
         return bad_request(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "quorumguard: Content-Type must be application/json (an admission.k8s.io/v1 AdmissionReview)".into(),
@@ -484,8 +473,7 @@ async fn handle(w: Arc<Webhook>, endpoint: Endpoint, req: Request) -> Response {
     let bytes = match axum::body::to_bytes(Body::new(body), MAX_BODY_BYTES).await {
         Ok(b) => b,
         Err(e) => {
-            w.metrics
-                .observe_review(endpoint.as_str(), "", true, "BadRequest", 0.0);
+            count_bad_request(&w, endpoint);
             return bad_request(
                 StatusCode::BAD_REQUEST,
                 format!(
@@ -499,44 +487,18 @@ async fn handle(w: Arc<Webhook>, endpoint: Endpoint, req: Request) -> Response {
         Ok(d) => d,
         Err(e) => {
             tracing::warn!(endpoint = endpoint.as_str(), error = %e, "malformed admission review");
-            w.metrics
-                .observe_review(endpoint.as_str(), "", true, "BadRequest", 0.0);
+            count_bad_request(&w, endpoint);
             return bad_request(StatusCode::BAD_REQUEST, format!("quorumguard: {e}"));
         }
     };
     let outcome = w.review(&decoded, started).await;
-    let body = match &outcome.verdict {
-        Some(v) => review::respond(
-            &decoded.uid,
-            v.allowed,
-            v.reason.as_str(),
-            &v.message,
-            &v.warnings,
-        )
-        .to_vec(),
-        None => {
-            let message = plain_message(&decoded, &outcome, &w.state);
-            let warnings = if outcome.allowed {
-                vec![message.clone()]
-            } else {
-                Vec::new()
-            };
-            review::respond(
-                &decoded.uid,
-                outcome.allowed,
-                outcome.reason,
-                &message,
-                &warnings,
-            )
-            .to_vec()
-        }
-    };
+    let body = outcome.response(&decoded.uid).to_vec();
     let seconds = started.elapsed().as_secs_f64();
     w.metrics.observe_review(
         endpoint.as_str(),
         decoded.operation,
         outcome.allowed,
-        outcome.reason,
+        outcome.reason.as_str(),
         seconds,
     );
     tracing::info!(

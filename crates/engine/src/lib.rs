@@ -16,7 +16,10 @@ pub mod remediation;
 pub mod rollout;
 
 pub use confirm::{Belief, Confirmation, Judged};
-pub use decide::{Figures, Judgement, Operation, Reason, Verdict, admit, admit_deletion, decide};
+pub use decide::{
+    Answer, EtcdBasis, Figures, Judgement, Operation, Reason, Verdict, admit, admit_deletion,
+    decide,
+};
 pub use fresh::{failed_view, fresh_view};
 pub use joins::{JoinBasis, JoinStyle, Joins};
 pub use model::*;

@@ -1,16 +1,17 @@
 //! The guard's steps: the probe judged by the real `Belief::judge_against`, and every review
 //! decided by the real engine (`admit_deletion`, `admit`) on the view the webhook would have,
 //! exactly as `crates/admission/src/lib.rs` calls them: first on the cached record, then,
-//! when that allows and the allow rests on etcd, again on a fresh probe of etcd read by the real
+//! when the engine answers that its allow must be confirmed on a fresh probe
+//! (`Answer::ConfirmOnFreshProbe`), again on a fresh probe of etcd read by the real
 //! `fresh_view` (or `failed_view`); and a person following the real `next_action` of the
 //! enricher's view.
 
 use std::time::Duration;
 
 use quorumguard::engine::{
-    ANNOTATION_REMEDIATE, ActionCode, ControlPlane, DEFAULT_KCP_CONTROLLER, EtcdState, Health,
-    Judgement, Member, Operation, Policy, Reason, Requester, admit, admit_deletion, failed_view,
-    fresh_view, next_action,
+    ANNOTATION_REMEDIATE, ActionCode, Answer, ControlPlane, DEFAULT_KCP_CONTROLLER, EtcdBasis,
+    EtcdState, Health, Judgement, Member, Operation, Policy, Reason, Requester, admit,
+    admit_deletion, failed_view, fresh_view, next_action,
 };
 
 use quorumguard::admission::reservations::ReplicaReservation;
@@ -98,8 +99,8 @@ impl Config {
         }
     }
 
-    /// The webhook's fresh probe, taken when the first decision (on the cached record) allows
-    /// and the allow rests on etcd (`Reason::allow_rests_on_etcd`), as `serve` does: a probe of
+    /// The webhook's fresh probe, taken when the engine's first answer (on the cached record)
+    /// is `Answer::ConfirmOnFreshProbe`, as `serve` does: a probe of
     /// etcd as it is in this step, read by the real `fresh_view` against the record (by
     /// `failed_view` when no member answers), and recorded like any probe. Returns etcd as the
     /// second decision sees it.
@@ -187,7 +188,7 @@ impl Config {
                 .for_each(|m| m.deleting = false);
         }
         let policy = Policy::default();
-        let decide = |cp: &ControlPlane| {
+        let decide = |cp: &ControlPlane, etcd: EtcdBasis| {
             let judge = |who: Who| {
                 admit_deletion(
                     cp,
@@ -195,27 +196,23 @@ impl Config {
                     &who.requester(),
                     &policy,
                     NOW,
+                    etcd,
                 )
             };
-            let j = judge(who);
+            let a = judge(who);
             // The planted `pending_join_for_kcp`: KCP's deletion is held `PendingJoin` where a
             // person's is (the replacement counted as a join), and only then.
-            if self.bugs.pending_join_for_kcp && who == Who::Kcp && j.allowed {
+            if self.bugs.pending_join_for_kcp && who == Who::Kcp && a.judgement().allowed {
                 let as_person = judge(Who::Person);
-                if as_person.reason == Reason::PendingJoin {
+                if as_person.judgement().reason == Reason::PendingJoin {
                     return as_person;
                 }
             }
-            j
+            a
         };
-        let mut j = decide(&cp);
-        let mut changed = (n.reserved_replicas, &n.reserved) != (replicas, &kept);
-        if let Some(explore) = self.probes_afresh(&j, fresh) {
-            say.line(|| verdict(&j) + " on its record");
-            cp.etcd = self.fresh_probe(n, explore, say);
-            j = decide(&cp);
-            changed = true;
-        }
+        let reserved_changed = (n.reserved_replicas, &n.reserved) != (replicas, &kept);
+        let (mut j, probed) = self.answer(n, &mut cp, fresh, say, decide);
+        let changed = reserved_changed || probed;
         if self.bugs.deny_memberless && j.reason == Reason::MemberAbsent {
             j.allowed = false;
         }
@@ -242,12 +239,34 @@ impl Config {
         Some(true)
     }
 
-    /// Whether the webhook probes afresh before answering `j` (`Some(explore)`): an allow
-    /// that rests on etcd, unless the planted bug skips the fresh probe.
-    fn probes_afresh(&self, j: &Judgement, fresh: Fresh) -> Option<bool> {
-        match fresh {
-            Fresh::Probe { explore }
-                if j.allowed && j.reason.allow_rests_on_etcd() && !self.bugs.no_fresh_probe =>
+    /// The webhook's answer, as `crates/admission/src/lib.rs` asks for it: the engine's
+    /// (`decide`) on the record, and when it asks to be confirmed on a fresh probe, on a fresh
+    /// probe taken now. Returns the judgement and whether a fresh probe was taken.
+    fn answer(
+        &self,
+        n: &mut State,
+        cp: &mut ControlPlane,
+        fresh: Fresh,
+        say: &mut Say,
+        decide: impl Fn(&ControlPlane, EtcdBasis) -> Answer,
+    ) -> (Judgement, bool) {
+        let first = decide(cp, EtcdBasis::Record);
+        match self.probes_afresh(&first, fresh) {
+            Some(explore) => {
+                say.line(|| verdict(first.judgement()) + " on its record");
+                cp.etcd = self.fresh_probe(n, explore, say);
+                (decide(cp, EtcdBasis::FreshProbe).into_judgement(), true)
+            }
+            None => (first.into_judgement(), false),
+        }
+    }
+
+    /// Whether the webhook probes afresh before answering `a` (`Some(explore)`): when the
+    /// engine asks for it, unless the planted bug skips the fresh probe.
+    fn probes_afresh(&self, a: &Answer, fresh: Fresh) -> Option<bool> {
+        match (fresh, a) {
+            (Fresh::Probe { explore }, Answer::ConfirmOnFreshProbe(_))
+                if !self.bugs.no_fresh_probe =>
             {
                 Some(explore)
             }
@@ -276,16 +295,19 @@ impl Config {
             replicas_to: u32::from(to),
             starts_rollout: rollout,
         };
-        let decide =
-            |cp: &ControlPlane| admit(cp, &op, &Who::Person.requester(), &Policy::default(), NOW);
-        let mut j = decide(&cp);
-        let mut changed = (n.reserved_replicas, &n.reserved) != (replicas, &kept);
-        if let Some(explore) = self.probes_afresh(&j, Fresh::Probe { explore }) {
-            say.line(|| verdict(&j) + " on its record");
-            cp.etcd = self.fresh_probe(n, explore, say);
-            j = decide(&cp);
-            changed = true;
-        }
+        let decide = |cp: &ControlPlane, etcd: EtcdBasis| {
+            admit(
+                cp,
+                &op,
+                &Who::Person.requester(),
+                &Policy::default(),
+                NOW,
+                etcd,
+            )
+        };
+        let reserved_changed = (n.reserved_replicas, &n.reserved) != (replicas, &kept);
+        let (j, probed) = self.answer(n, &mut cp, Fresh::Probe { explore }, say, decide);
+        let changed = reserved_changed || probed;
         (n.reserved_replicas, n.reserved) = (replicas, kept);
         say.line(|| verdict(&j));
         if !j.allowed {

@@ -2,9 +2,14 @@
 //! single next safe action ([`next_action`](mod@crate::next_action)), which a denial's message
 //! ends with.
 //!
-//! This module owns the entry points ([`decide`], [`admit`], [`admit_deletion`]) and the full
-//! answer ([`Verdict`]). It sits above both layers it combines: `decide` -> `next_action` ->
-//! `judge`, and `decide` -> `judge`; neither of them reads this module.
+//! This module owns the entry points ([`decide`], [`admit`], [`admit_deletion`]), the full
+//! answer ([`Verdict`]) and the webhook's ([`Answer`]: whether it needs a fresh etcd probe).
+//! It sits above both layers it combines: `decide` -> `next_action` -> `judge`, and `decide`
+//! -> `judge`; neither of them reads this module.
+
+mod answer;
+
+pub use answer::{Answer, EtcdBasis};
 
 use crate::judge::{Ask, Words, judge, judge_deletion};
 pub use crate::judge::{Figures, Judgement, Operation, Reason};
@@ -49,19 +54,21 @@ pub fn decide(
     }
 }
 
-/// [`decide`] for the webhook: the same allowed, reason, message, warnings and figures, but the
-/// next action is worked out only for a denial, whose message ends with it. An admission
-/// response carries no next action, and most reviews are allowed: working it out for every
-/// one of them was a third of a decision's time (`cargo bench --bench core -- decision`).
+/// [`decide`] for the webhook, on etcd from `etcd`: the same allowed, reason, message,
+/// warnings and figures, and whether the answer needs a fresh probe of etcd ([`Answer`]). The
+/// next action is worked out only for a denial, whose message ends with it: an admission
+/// response carries no next action, and most reviews are allowed; working it out for every one
+/// of them was a third of a decision's time (`cargo bench --bench core -- decision`).
 pub fn admit(
     cp: &ControlPlane,
     op: &Operation,
     requester: &Requester,
     policy: &Policy,
     now_unix: i64,
-) -> Judgement {
+    etcd: EtcdBasis,
+) -> Answer {
     let ask = Ask::new(cp, requester, policy, now_unix, Words::All);
-    with_next_action_if_denied(judge(&ask, op), &ask)
+    Answer::new(with_next_action_if_denied(judge(&ask, op), &ask), etcd)
 }
 
 /// [`admit`] of deleting `m`, a Machine the caller holds by reference: the webhook's decoded
@@ -72,9 +79,13 @@ pub fn admit_deletion(
     requester: &Requester,
     policy: &Policy,
     now_unix: i64,
-) -> Judgement {
+    etcd: EtcdBasis,
+) -> Answer {
     let ask = Ask::new(cp, requester, policy, now_unix, Words::All);
-    with_next_action_if_denied(judge_deletion(&ask, m), &ask)
+    Answer::new(
+        with_next_action_if_denied(judge_deletion(&ask, m), &ask),
+        etcd,
+    )
 }
 
 fn with_next_action_if_denied(mut j: Judgement, ask: &Ask<'_>) -> Judgement {

@@ -103,43 +103,6 @@ impl Reason {
         }
     }
 
-    /// Whether an *allow* for this reason rests on etcd's health or member list, so that the
-    /// webhook must take it from a fresh probe, not from the record of the last sweep: the
-    /// quorum rule's allows (a deletion of a Machine that holds a voting member, a replica
-    /// change), the unknown-health policy's, and `MemberAbsent`: that the Machine has no
-    /// member is the record's member list too, and a member that joined or started since the
-    /// last probe is there now (the record shows it unnamed, not started, or not at all).
-    /// Unconditional allows, `NoReplicaChange` and `RolloutAllowed` (allowed whatever etcd
-    /// says) do not.
-    pub fn allow_rests_on_etcd(self) -> bool {
-        matches!(
-            self,
-            Reason::MemberAbsent
-                | Reason::LearnerMember
-                | Reason::QuorumSafe
-                | Reason::ScaleDownSafe
-                | Reason::ScaleUpSafe
-                | Reason::SingleMemberScaleUp
-                | Reason::HealthUnknown
-                | Reason::PendingDeletions
-        )
-    }
-
-    /// Whether a *denial* for this reason rests on etcd's health (a member believed down, or
-    /// health unknown), so that a fresh probe may turn it into an allow once etcd recovers.
-    pub fn denial_rests_on_etcd(self) -> bool {
-        matches!(
-            self,
-            Reason::WouldLoseQuorum
-                | Reason::QuorumLost
-                | Reason::PendingDeletions
-                | Reason::PendingJoin
-                | Reason::HealthUnknown
-                | Reason::ScaleDownWouldLoseQuorum
-                | Reason::ScaleUpWouldLoseQuorum
-        )
-    }
-
     /// Reasons that allow without looking at quorum at all (teardown, moves, break-glass...).
     pub fn is_unconditional(self) -> bool {
         matches!(

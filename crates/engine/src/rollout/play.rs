@@ -3,7 +3,7 @@
 
 use super::KCP_PRE_TERMINATE_HOOK;
 use super::report::{Counts, ReadyReason, RolloutStep, StepKind};
-use crate::decide::admit_deletion;
+use crate::decide::{EtcdBasis, admit_deletion};
 use crate::kcp::{self, KcpMachine, KcpMove, KcpView, MemberFit};
 use crate::model::*;
 use crate::quorum::quorum;
@@ -342,7 +342,16 @@ impl<'p> Sim<'p> {
                 .first()
                 .map_or(DEFAULT_KCP_CONTROLLER, String::as_str),
         );
-        let j = admit_deletion(&self.cp, &m, &requester, self.policy, self.now);
+        // The play's etcd is the present, as the webhook's fresh probe would show it.
+        let j = admit_deletion(
+            &self.cp,
+            &m,
+            &requester,
+            self.policy,
+            self.now,
+            EtcdBasis::FreshProbe,
+        )
+        .into_judgement();
         if !j.allowed {
             return Err((
                 ReadyReason::WebhookDenies,

@@ -1,10 +1,10 @@
 //! Fresh probes for the webhook: an allow that rests on etcd health rests on answers etcd gave
 //! after the request arrived.
 //!
-//! When the cached judgement would allow an operation whose safety depends on etcd (a deletion
-//! of a Machine that holds a voting member, a replica change: see
-//! [`Reason::allow_rests_on_etcd`](quorumguard_engine::Reason::allow_rests_on_etcd)), the webhook asks
-//! [`FreshProbes::probe`] for the cluster's etcd as it is now and judges again on it
+//! When the engine, on the cached record, allows an operation whose safety depends on etcd (a
+//! deletion of a Machine that holds a voting member, a replica change) and so answers
+//! [`Answer::ConfirmOnFreshProbe`](quorumguard_engine::Answer::ConfirmOnFreshProbe), the webhook
+//! asks [`FreshProbes::probe`] for the cluster's etcd as it is now and judges again on it
 //! ([`quorumguard_engine::fresh_view`]). What this module guarantees:
 //!
 //! - **Fresh**: a review is only ever given a probe that started after the review arrived (or one
