@@ -1556,7 +1556,7 @@ fn names_with_prefix(text: &str, prefix: &str) -> BTreeSet<String> {
 }
 
 /// The text of the code and manifests a name the docs give must appear in: src/, crates/,
-/// manifests/ and scripts/ (`.rs`, `.yaml`, `.sh`).
+/// manifests/, scripts/ and tests/ (`.rs`, `.yaml`, `.sh`).
 fn code_text() -> String {
     fn walk(dir: &Path, out: &mut String) {
         let Ok(entries) = fs::read_dir(dir) else {
@@ -1578,7 +1578,8 @@ fn code_text() -> String {
         }
     }
     let mut out = String::new();
-    for dir in ["src", "crates", "manifests", "scripts"] {
+    // tests/ too: the tests' own knobs (environment variables) are documented.
+    for dir in ["src", "crates", "manifests", "scripts", "tests"] {
         walk(&root().join(dir), &mut out);
     }
     out
@@ -1608,7 +1609,7 @@ fn names_the_docs_give_exist_in_the_code() {
                 seen += 1;
                 if !code.contains(&name) && !registered_metric(&code, &name) {
                     problems.push(format!(
-                        "{}: `{name}` appears nowhere in src/, crates/, manifests/ or scripts/",
+                        "{}: `{name}` appears nowhere in src/, crates/, manifests/, scripts/ or tests/",
                         rel.display()
                     ));
                 }
