@@ -9,7 +9,9 @@
 //!   pod `kube-system/etcd-<node>` as KCP does ([`PortForward`]).
 //! - [`prober`]: one probe = the member list, the alarms, and every member's status and health,
 //!   asked in parallel under one deadline, turned into the engine's [`Member`]s.
-//! - [`sweep`]: probe every cluster on a timer and hand the results to the webhook's state.
+//! - [`sweep`]: probe every cluster once and hand the results to the webhook's state.
+//! - [`cycle`]: the loop that sweeps on a timer (and on Machine changes), with what follows each
+//!   sweep handed in by the caller (the status enricher).
 //!
 //! [`Member`]: quorumguard_engine::model::Member
 
@@ -17,6 +19,7 @@
 /// [`quorumguard_pki::etcd`], under the name this module has always had.
 pub use quorumguard_pki::etcd as certs;
 pub mod channel;
+pub mod cycle;
 pub mod endpoints;
 pub mod fresh;
 pub mod portforward;

@@ -1,7 +1,7 @@
 //! The sweep: probe the etcd of every workload cluster with stacked etcd and put
 //! the result where the webhook reads it ([`ClusterState::set_health`]). The loop that runs it every
-//! `interval` (and publishes KCP status after it) is the status enricher's (the
-//! `quorumguard-status` crate, `publish::enrich`), which sits above this crate.
+//! `interval` is [`super::cycle::Cycle`]; what follows each sweep (publishing KCP status) is the
+//! `quorumguard-status` crate's, above this one.
 //!
 //! Each replica sweeps on its own, so each webhook replica decides on fresh data. Clusters are
 //! probed with bounded concurrency; each probe ends by its deadline whatever etcd does, so one

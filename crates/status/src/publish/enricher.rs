@@ -1,9 +1,9 @@
-//! The status enricher's loop ([`enrich`]): sweep, snapshot every KCP, record metrics, publish
-//! when leading, wait; and the figures of every probed cluster the metrics are made of
+//! The status enricher ([`enrich`]): after each sweep of the replica's [`Cycle`], snapshot every
+//! KCP, record metrics, publish when leading; and the figures of every probed cluster the metrics are made of
 //! ([`figures`]).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use kube::Client;
 
@@ -12,7 +12,8 @@ use super::{Publisher, Summary};
 use crate::metrics::{ClusterFigures, EnricherMetrics};
 use quorumguard_engine::quorum::Tally;
 use quorumguard_engine::{EtcdState, Policy};
-use quorumguard_observe::etcd::sweep::{Probers, SweepConfig, sweep_once};
+use quorumguard_observe::etcd::cycle::{AfterSweep, Cycle, Round};
+use quorumguard_observe::etcd::sweep::{Probers, SweepConfig};
 use quorumguard_observe::state::ClusterState;
 
 /// The figures of every probed cluster, for the metrics.
@@ -60,16 +61,14 @@ fn release_freed_memory() {
     }
 }
 
-/// Sweeps that a Machine change triggers start at most this often.
-const MIN_GAP: Duration = Duration::from_secs(1);
-
-/// The status enricher: sweep, record metrics, publish (when leading), wait for the interval, a
-/// Machine appearing or going, or a change of leadership; forever. `first_sweep` is told when
-/// the first sweep after the caches synced is done (readiness waits for it). `probers` are
-/// shared with the webhook's fresh probes ([`quorumguard_observe::etcd::fresh`]). After each sweep every KCP is
-/// snapshotted once ([`super::Snapshot`]) under `policy` (the webhook's): its rollout
-/// prediction for `quorumguard_rollout_ready`, its fingerprint and its conditions are read from
-/// that one snapshot.
+/// The status enricher: the replica's sweep loop ([`Cycle`], which owns the schedule) with,
+/// after each sweep, the metrics and, when leading, the publication; a change of leadership
+/// starts the next round at once. `first_sweep` is told when the first sweep after the caches
+/// synced is done (readiness waits for it). `probers` are shared with the webhook's fresh probes
+/// ([`quorumguard_observe::etcd::fresh`]). After each sweep every KCP is snapshotted once
+/// ([`super::Snapshot`]) under `policy` (the webhook's): its rollout prediction for
+/// `quorumguard_rollout_ready`, its fingerprint and its conditions are read from that one
+/// snapshot.
 #[allow(clippy::too_many_arguments)]
 pub async fn enrich(
     client: Client,
@@ -79,37 +78,55 @@ pub async fn enrich(
     publisher: Option<Arc<Publisher>>,
     metrics: Arc<EnricherMetrics>,
     probers: Arc<Probers>,
-    mut first_sweep: Option<tokio::sync::oneshot::Sender<()>>,
+    first_sweep: Option<tokio::sync::oneshot::Sender<()>>,
 ) {
-    let mut leadership = publisher.as_ref().map(|p| p.leadership().subscribe());
-    loop {
-        let started = Instant::now();
-        // Sweep and publish only once every cache has synced. Before that, a KCP seen before its
-        // Cluster would be probed without the Cluster's endpoints annotation (a failed probe),
-        // and a KCP not probed yet would be published as ProbeFailed ("no etcd probe of this
-        // cluster yet"): after a restart, that replaced the truth the KCP showed with the
-        // guard's own ignorance for a probe interval (tests/it/crash_safety.rs saw it).
-        let synced = state.all_synced();
-        if synced {
-            metrics.sweep_started();
-            sweep_once(&client, &state, &sweep, &probers).await;
-            if let Some(done) = first_sweep.take() {
-                let _ = done.send(());
-            }
-        }
-        let swept = started.elapsed();
-        metrics.observe_sweep(&figures(&state));
+    let leadership = publisher.as_ref().map(|p| p.leadership().subscribe());
+    let cycle = Cycle {
+        client,
+        state,
+        sweep,
+        probers,
+        first_sweep,
+    };
+    cycle
+        .run(Enricher {
+            policy,
+            publisher,
+            metrics,
+            leadership,
+        })
+        .await;
+}
+
+/// What the enricher does after each sweep of the [`Cycle`].
+struct Enricher {
+    policy: Policy,
+    publisher: Option<Arc<Publisher>>,
+    metrics: Arc<EnricherMetrics>,
+    /// The Lease's leadership, while its elector runs.
+    leadership: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+impl AfterSweep for Enricher {
+    fn sweep_starting(&mut self) {
+        self.metrics.sweep_started();
+    }
+
+    async fn after(&mut self, state: &ClusterState, round: Round) {
+        let metrics = &self.metrics;
+        metrics.observe_sweep(&figures(state));
         let mut snapshots = Vec::new();
-        if synced {
+        if round.synced {
             let predicting = Instant::now();
-            snapshots = snapshots_yielding(&state, &policy, quorumguard_observe::unix_now()).await;
+            snapshots =
+                snapshots_yielding(state, &self.policy, quorumguard_observe::unix_now()).await;
             let predicted: Vec<_> = snapshots.iter().map(|s| s.rollout.clone()).collect();
             metrics.observe_rollouts(&predicted, predicting.elapsed());
         }
         let mut published = None;
-        if let Some(p) = &publisher {
+        if let Some(p) = &self.publisher {
             metrics.set_leader(p.leadership().is_leader());
-            let s = if synced {
+            let s = if round.synced {
                 let publish_started = Instant::now();
                 let s = p.publish_all(&snapshots).await;
                 published = Some(publish_started.elapsed());
@@ -128,44 +145,23 @@ pub async fn enrich(
             }
         }
         drop(snapshots);
-        if synced {
-            metrics.observe_cycle(swept, published);
+        if round.synced {
+            metrics.observe_cycle(round.swept, published);
             release_freed_memory();
         }
-        let rest = sweep.interval.saturating_sub(started.elapsed());
-        let woke = {
-            let leader_changed = async {
-                match leadership.as_mut() {
-                    Some(rx) => rx.changed().await.is_ok(),
-                    None => std::future::pending().await,
+    }
+
+    /// Taking over: publish at once (the next round snapshots everything again); losing: the
+    /// next round skips publishing and updates the metric. When the elector is gone, never
+    /// again.
+    async fn woken(&mut self) {
+        match self.leadership.as_mut() {
+            Some(rx) => {
+                if rx.changed().await.is_err() {
+                    self.leadership = None;
                 }
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(rest) => Wake::Timer,
-                _ = state.machines_changed().notified() => Wake::Machines,
-                ok = leader_changed => if ok { Wake::Leadership } else { Wake::ElectorGone },
             }
-        };
-        match woke {
-            Wake::Timer => {}
-            // Never later than the timer would have swept: with a probe interval under
-            // MIN_GAP, a Machine change (the caches' first sync after a restart among them)
-            // used to hold the next sweep back to MIN_GAP.
-            Wake::Machines => {
-                let gap = MIN_GAP.min(sweep.interval);
-                tokio::time::sleep(gap.saturating_sub(started.elapsed())).await;
-            }
-            // Taking over: publish at once (the next round snapshots everything again);
-            // losing: the next round skips publishing and updates the metric.
-            Wake::Leadership => {}
-            Wake::ElectorGone => leadership = None,
+            None => std::future::pending().await,
         }
     }
-}
-
-enum Wake {
-    Timer,
-    Machines,
-    Leadership,
-    ElectorGone,
 }
