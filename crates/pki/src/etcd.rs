@@ -23,7 +23,7 @@ use crate::certs::{self, Ca};
 
 mod client_tls;
 
-pub use client_tls::{ClientTls, TlsError};
+pub use client_tls::{ClientTls, ClientTlsError};
 
 /// The common name of quorumguard's etcd client certificates. etcd uses it as the user name
 /// only when etcd auth is enabled, which kubeadm does not do.

@@ -146,8 +146,7 @@ mod tests {
             wake_left,
         };
         let _ = tokio::time::timeout(within, cycle.run(after)).await;
-        let out = rounds.lock().expect("lock").clone();
-        out
+        rounds.lock().expect("lock").clone()
     }
 
     #[tokio::test]

@@ -33,4 +33,4 @@ pub use endpoints::{
     TransportKind, UnknownTransport, endpoints_for,
 };
 pub use portforward::{PortForward, PortForwardError};
-pub use prober::{ClientTls, Probe, ProbeError, Prober, TlsError, probe};
+pub use prober::{ClientTls, ClientTlsError, Probe, ProbeError, Prober, probe};

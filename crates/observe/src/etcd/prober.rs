@@ -35,7 +35,7 @@
 //!   \"etcd-x\" not found"), that is the error reported, not etcd-client's "connection closed".
 //!
 //! The parts, one file each under `prober/` (the cluster's TLS material and the rustls
-//! configuration built from it, [`ClientTls`] and [`TlsError`], are `quorumguard-pki`'s):
+//! configuration built from it, [`ClientTls`] and [`ClientTlsError`], are `quorumguard-pki`'s):
 //! - `clients`: the client kept per endpoint, dialled under the deadline, and what a failed call
 //!   says;
 //! - `member`: one member's status and linearizable read, judged into its [`Member`];
@@ -66,7 +66,7 @@ use quorumguard_engine::model::{Alarm, Member};
 
 /// The cluster's TLS material and its rustls configuration live with every other certificate, in
 /// `quorumguard-pki`.
-pub use quorumguard_pki::etcd::{ClientTls, TlsError};
+pub use quorumguard_pki::etcd::{ClientTls, ClientTlsError};
 
 /// The share of the deadline the member list may take, at most: the rest is left to the
 /// members' status and health, which run in parallel.

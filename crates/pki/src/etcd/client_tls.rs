@@ -40,7 +40,7 @@ impl fmt::Debug for ClientTls {
 /// Why TLS material is unusable. Checked before any connection, so a bad Secret is reported as
 /// such and not as a connection failure.
 #[derive(Debug, Error)]
-pub enum TlsError {
+pub enum ClientTlsError {
     #[error("{what}: {problem}")]
     Pem { what: &'static str, problem: String },
     #[error(transparent)]
@@ -56,10 +56,10 @@ impl ClientTls {
         ca_pem: impl Into<String>,
         cert_pem: impl Into<String>,
         key_pem: impl Into<String>,
-    ) -> Result<Self, TlsError> {
+    ) -> Result<Self, ClientTlsError> {
         let (ca_pem, cert_pem, key_pem) = (ca_pem.into(), cert_pem.into(), key_pem.into());
         let pem = |what: &'static str| {
-            move |e: rustls::pki_types::pem::Error| TlsError::Pem {
+            move |e: rustls::pki_types::pem::Error| ClientTlsError::Pem {
                 what,
                 problem: match e {
                     rustls::pki_types::pem::Error::NoItemsFound => "no PEM block".to_string(),
@@ -88,7 +88,7 @@ impl ClientTls {
         let mut roots = RootCertStore::empty();
         let (_, unusable) = roots.add_parsable_certificates(cas);
         if roots.is_empty() {
-            return Err(TlsError::Pem {
+            return Err(ClientTlsError::Pem {
                 what: "etcd CA certificate",
                 problem: format!("none of its {unusable} certificate(s) can be used as a CA"),
             });
@@ -96,10 +96,10 @@ impl ClientTls {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(TlsError::Config)?
+            .map_err(ClientTlsError::Config)?
             .with_root_certificates(roots)
             .with_client_auth_cert(certs, key)
-            .map_err(TlsError::Config)?;
+            .map_err(ClientTlsError::Config)?;
         config.alpn_protocols = vec![b"h2".to_vec()];
         config.resumption = rustls::client::Resumption::in_memory_sessions(TLS_SESSIONS);
         Ok(ClientTls {
@@ -115,7 +115,7 @@ impl ClientTls {
         ca_cert_pem: &str,
         ca_key_pem: &str,
         now: SystemTime,
-    ) -> Result<Self, TlsError> {
+    ) -> Result<Self, ClientTlsError> {
         let cert =
             certs::sign_client_cert(ca_cert_pem, ca_key_pem, certs::CLIENT_COMMON_NAME, now)?;
         Self::new(ca_cert_pem, cert.cert_pem, cert.key_pem)
