@@ -96,7 +96,11 @@ fn prediction_two_replicas() {
     prediction_matches("2 replicas", 2, Start::Healthy);
 }
 
+/// The 5-replica run (~75-100 s): the same start as `prediction_member_killed`, which runs in CI
+/// on 3 replicas; this one behind `cargo test --test slow -- --ignored
+/// playground::prediction::prediction_five_replicas_one_down`.
 #[test]
+#[ignore = "the larger run; CI runs prediction_member_killed (docs/development.md)"]
 fn prediction_five_replicas_one_down() {
     prediction_matches("5 replicas, one down", 5, Start::MemberKilled);
 }
