@@ -28,8 +28,6 @@ pub use quorumguard_status::lease;
 pub use quorumguard_telemetry as telemetry;
 
 /// The fuzz targets' bodies (fuzz/): only under cargo-fuzz.
-#[cfg(fuzzing)]
-pub use quorumguard_cli::fuzz_targets;
 pub use quorumguard_cli::server;
 
 #[cfg(feature = "playground")]

@@ -3,5 +3,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    quorumguard::fuzz_targets::admission_review(data);
+    quorumguard_testkit::fuzz::admission_review(data);
 });

@@ -3,5 +3,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    quorumguard::fuzz_targets::etcdctl(data);
+    quorumguard_testkit::fuzz::etcdctl(data);
 });

@@ -10,9 +10,6 @@
 
 pub mod certs;
 pub mod check;
-/// The fuzz targets' bodies (fuzz/): only in tests and under cargo-fuzz.
-#[cfg(any(test, fuzzing))]
-pub mod fuzz_targets;
 pub mod preflight;
 pub mod serve;
 pub mod server;

@@ -30,6 +30,7 @@
 
 pub mod envtest;
 pub mod etcd;
+pub mod fuzz;
 pub mod guard;
 pub mod https;
 pub mod kit;

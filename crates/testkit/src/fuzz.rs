@@ -1,24 +1,19 @@
-//! The bodies of the cargo-fuzz targets in `fuzz/`, kept in the library so that `cargo test`
-//! replays every committed corpus entry (and every crash found, as a regression input) without
-//! cargo-fuzz: see the tests at the end, which read `fuzz/corpus/<target>/`.
+//! The bodies of the cargo-fuzz targets in `fuzz/`, kept in this dev-only crate so that `cargo
+//! test` replays every committed corpus entry (and every crash found, as a regression input)
+//! without cargo-fuzz: see the tests at the end, which read `fuzz/corpus/<target>/`. The
+//! webhook they judge reviews with is the tests' and benchmarks' seeded one
+//! ([`crate::webhook::seeded`]).
 //!
-//! Compiled only for tests and under cargo-fuzz (`--cfg fuzzing`); the shipped binary does not
-//! carry it. A target body panics exactly when the code under test misbehaves: a panic inside
-//! it, or an answer that is not well formed (asserted here).
-
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+//! A target body panics exactly when the code under test misbehaves: a panic inside it, or an
+//! answer that is not well formed (asserted here).
 
 use serde_json::{Value, json};
 
-use crate::check::{self, WhatIf};
-use quorumguard_admission::Webhook;
-use quorumguard_admission::review::{self, Endpoint};
-use quorumguard_engine::{DEFAULT_KCP_CONTROLLER, Health, Member, Policy, Requester};
-use quorumguard_observe::capi::{parse_cluster, parse_kcp, parse_machine};
-use quorumguard_observe::dumps::{self, DumpTexts, etcdctl};
-use quorumguard_observe::state::{ClusterState, Kind, Object};
-use quorumguard_telemetry::Metrics;
+use quorumguard::admission::Webhook;
+use quorumguard::admission::review::{self, Endpoint};
+use quorumguard::dumps::{self, DumpTexts, etcdctl};
+use quorumguard::engine::{DEFAULT_KCP_CONTROLLER, Health, Member, Requester};
+use quorumguard_cli::check::{self, WhatIf};
 
 /// Namespace, Cluster and KCP of the AdmissionReview fixtures (tests/fixtures/admission-reviews/).
 const REVIEW_NS: &str = "capi-test";
@@ -56,10 +51,6 @@ fn review_machine(name: &str, node: Option<&str>) -> Value {
 /// without a node; members `cp-a` and `cp-b` healthy, `cp-c` unhealthy, and a learner `cp-e`.
 /// Built fresh for every input so that reservations never carry from one input to the next.
 fn review_webhook() -> Webhook {
-    let state = Arc::new(ClusterState::new());
-    for kind in Kind::ALL {
-        state.relist_start(kind);
-    }
     let cluster = json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": REVIEW_CLUSTER, "namespace": REVIEW_NS},
@@ -72,24 +63,14 @@ fn review_webhook() -> Webhook {
             "labels": {"cluster.x-k8s.io/cluster-name": REVIEW_CLUSTER}},
         "spec": {"replicas": 3, "version": "v1.33.1"},
     });
-    if let Ok(c) = parse_cluster(&cluster) {
-        state.apply(Object::Cluster(c));
-    }
-    if let Ok(k) = parse_kcp(&kcp) {
-        state.apply(Object::Kcp(k));
-    }
+    let mut objects = vec![cluster, kcp];
     for (name, node) in [
         ("test-cp-a", Some("cp-a")),
         ("test-cp-b", Some("cp-b")),
         ("test-cp-c", Some("cp-c")),
         ("test-cp-d", None),
     ] {
-        if let Ok(m) = parse_machine(&review_machine(name, node)) {
-            state.apply(Object::Machine(m));
-        }
-    }
-    for kind in Kind::ALL {
-        state.relist_done(kind);
+        objects.push(review_machine(name, node));
     }
     let member = |id: u64, name: &str, health: Health, learner: bool| {
         let mut m = Member::new(id, name);
@@ -103,14 +84,7 @@ fn review_webhook() -> Webhook {
         member(0x1003, "cp-c", Health::Unhealthy("timeout".into()), false),
         member(0x1005, "cp-e", Health::Healthy, true),
     ];
-    state.set_health(REVIEW_NS, REVIEW_CLUSTER, members, Instant::now());
-    Webhook::new(
-        state,
-        Policy::default(),
-        Arc::new(Metrics::new()),
-        None,
-        Duration::from_secs(30),
-    )
+    crate::webhook::seeded(&objects, REVIEW_NS, REVIEW_CLUSTER, members)
 }
 
 /// Target `admission_review`: any body at either endpoint is decoded, judged against the
