@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum_server::Handle;
+use axum_server::tls_rustls::RustlsConfig;
 use kube::Client;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -24,8 +25,11 @@ use quorumguard_status::metrics::EnricherMetrics;
 use quorumguard_status::publish::{self, PublishConfig, Publisher};
 use quorumguard_telemetry::{Metrics, Readiness, admin_router};
 
+mod background;
 mod https;
 
+pub use background::ENRICHER_NICE;
+use background::spawn_background;
 use https::bounded;
 pub use https::{FIRST_REQUEST_TIMEOUT, HEADER_READ_TIMEOUT, Handshakes, REQUEST_TIMEOUT, https};
 
@@ -156,217 +160,326 @@ pub struct Running {
 }
 
 /// Starts the watches, the webhook and the admin server. Returns once both listen.
+///
+/// The steps, in this order (each a method of `Starting` below): the caches and their watches;
+/// the etcd sweep with the webhook's fresh probes, the Lease and the status publisher; the
+/// serving certificate with its reload and validity watches; the webhook; the admin listener;
+/// the webhook's HTTPS listener. Readiness says accepting only once the last one listens.
 pub async fn start(config: ServeConfig, client: Client) -> Result<Running, ServerError> {
-    let metrics = Arc::new(Metrics::new());
-    let readiness = Arc::new(Readiness::default());
-    let state = Arc::new(ClusterState::new());
-    let mut tasks = Vec::new();
-
-    // MachineHealthChecks are watched too, but readiness waits only for the kinds a review
-    // needs (Kind::ALL): a guard that may not list them still judges.
-    for kind in Kind::WATCHED {
-        metrics.set_cache_synced(kind.as_str(), false);
-        let (c, s, m, r) = (
-            client.clone(),
-            state.clone(),
-            metrics.clone(),
-            readiness.clone(),
-        );
-        let synced_state = state.clone();
-        tasks.push(tokio::spawn(async move {
-            watch::run(c, kind, s, move |k| {
-                m.set_cache_synced(k.as_str(), true);
-                if synced_state.all_synced() {
-                    r.set_caches_synced(true);
-                }
-            })
-            .await;
-        }));
-    }
-
-    let mut leadership = None;
-    let mut elector = None;
-    let mut fresh = None;
-    if let Some(cfg) = config.sweep.clone() {
-        // The sweep and the webhook's fresh probes share the kept probers (and so the etcd
-        // connections).
-        let probers = Arc::new(Probers::default());
-        fresh = Some(Arc::new(FreshProbes::new(
-            client.clone(),
-            state.clone(),
-            probers.clone(),
-            &cfg,
-            &metrics,
-        )));
-        let enricher_metrics = Arc::new(EnricherMetrics::register(&metrics));
-        let mut publisher = None;
-        if let Some(status) = config.status.clone() {
-            let l = match status.lease {
-                Some(lease) => {
-                    let l = Leadership::new();
-                    let e = Arc::new(Elector::new(client.clone(), lease, l.clone()));
-                    let run = e.clone();
-                    tasks.push(tokio::spawn(async move { run.run().await }));
-                    elector = Some(e);
-                    l
-                }
-                None => Leadership::always(),
-            };
-            leadership = Some(l.clone());
-            publisher = Some(Arc::new(Publisher::new(
-                client.clone(),
-                state.clone(),
-                config.policy.clone(),
-                l,
-                status.publish,
-                enricher_metrics.clone(),
-            )));
-        }
-        let (first_tx, first_rx) = tokio::sync::oneshot::channel();
-        tasks.push(tokio::spawn(wait_first_sweep(
-            first_rx,
-            cfg.first_sweep_timeout,
-            readiness.clone(),
-            state.clone(),
-            enricher_metrics.clone(),
-        )));
-        let (c, s, policy) = (client.clone(), state.clone(), config.policy.clone());
-        tasks.push(spawn_background("quorumguard-enricher", move || {
-            publish::enrich(
-                c,
-                s,
-                cfg,
-                policy,
-                publisher,
-                enricher_metrics,
-                probers,
-                Some(first_tx),
-            )
-        }));
-    } else {
-        // etcd is not probed: there is no sweep to wait for.
-        readiness.set_swept(true);
-    }
-
-    let client_auth = config.client_auth.as_ref();
-    let tls_config = tls::load(&config.tls_cert, &config.tls_key, client_auth)
-        .await
-        .map_err(|error| ServerError::Tls {
-            what: tls_file_kind(&error, &config),
-            error,
-        })?;
-    match client_auth {
-        Some(auth) => tracing::info!(
-            client_ca = %auth.ca_file.display(),
-            client_names = %auth.names.join(", "),
-            "the webhook port requires a client certificate from this CA naming one of these clients"
-        ),
-        None => tracing::info!(
-            "the webhook port does not verify client certificates: anything that can connect can send a review (see --client-ca-file)"
-        ),
-    }
-    readiness.set_cert_loaded(true);
-    let reload_metrics = metrics.clone();
-    let cert_path = config.tls_cert.clone();
-    tasks.push(tls::spawn_reloader(
-        tls_config.clone(),
-        config.tls_cert.clone(),
-        config.tls_key.clone(),
-        config.client_auth.clone(),
-        config.tls_reload_interval,
-        move |result| match result {
-            Ok(()) => {
-                reload_metrics.cert_reload(true);
-                tracing::info!("serving certificate reloaded");
-            }
-            Err(e) => {
-                reload_metrics.cert_reload(false);
-                tracing::error!(error = %e, "serving certificate not reloaded; still serving the previous one");
-            }
-        },
-    ));
-
-    let validity_metrics = metrics.clone();
-    tasks.push(tls::spawn_validity_watch(
-        config.tls_cert.clone(),
-        config.tls_key.clone(),
-        config.tls_reload_interval,
-        move |validity, problem| {
-            validity_metrics.set_cert_validity(validity.not_before, validity.not_after);
-            report_validity(validity, problem, &cert_path);
-        },
-    ));
-
-    let sink = config.events.then(|| {
-        let verified = config.client_auth.is_some();
-        events::spawn(
-            client.clone(),
-            config.pod_name.clone(),
-            256,
-            &metrics,
-            verified,
-        )
-    });
-    let mut webhook = Webhook::new(
-        state.clone(),
-        config.policy.clone(),
-        metrics.clone(),
-        sink,
-        config.reservation_ttl,
-    );
-    if let Some(fresh) = fresh {
-        webhook = webhook.with_fresh_probes(fresh);
-    }
-    let webhook = Arc::new(webhook);
-
-    let admin = TcpListener::bind(config.admin_listen)
-        .await
-        .map_err(|source| ServerError::AdminBind {
-            addr: config.admin_listen,
-            source,
-        })?;
-    let admin_addr = admin
-        .local_addr()
-        .map_err(|source| ServerError::AdminBind {
-            addr: config.admin_listen,
-            source,
-        })?;
-    let admin_app = admin_router(readiness.clone(), metrics.clone());
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(admin, admin_app).await {
-            tracing::error!(error = %e, "admin server stopped");
-        }
-    }));
-
-    let handle = Handle::new();
-    let app = webhook
-        .clone()
-        .router()
-        .layer(axum::middleware::from_fn(bounded));
-    let server = tokio::spawn(
-        https(config.listen, tls_config, Some(metrics.clone()))
-            .handle(handle.clone())
-            .serve(app.into_make_service()),
-    );
-    let Some(addr) = handle.listening().await else {
-        return Err(ServerError::Listen(config.listen));
-    };
-    readiness.set_accepting(true);
+    let mut s = Starting::new(client);
+    s.start_watches();
+    let enricher = s.start_enricher(&config);
+    let tls_config = s.load_tls(&config).await?;
+    s.start_cert_watches(&config, &tls_config);
+    let webhook = s.webhook(&config, enricher.fresh);
+    let admin_addr = s.start_admin(&config).await?;
+    let (addr, handle, server) = s.start_https(&config, &webhook, tls_config).await?;
+    s.readiness.set_accepting(true);
     tracing::info!(%addr, %admin_addr, "quorumguard is serving");
     Ok(Running {
         addr,
         admin_addr,
-        readiness,
-        metrics,
-        state,
+        readiness: s.readiness,
+        metrics: s.metrics,
+        state: s.state,
         webhook,
-        leadership,
-        elector,
+        leadership: enricher.leadership,
+        elector: enricher.elector,
         handle,
         config,
         server,
-        tasks,
+        tasks: s.tasks,
     })
+}
+
+/// What [`start`]'s steps share: the API client, the metrics, readiness, the caches, and the
+/// background tasks started so far (stopped by [`Running::shutdown`]).
+struct Starting {
+    client: Client,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    state: Arc<ClusterState>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// What [`Starting::start_enricher`] started that the rest of the server needs.
+#[derive(Default)]
+struct Enricher {
+    /// The webhook's fresh probes, sharing the sweep's probers (`None`: etcd is not probed).
+    fresh: Option<Arc<FreshProbes>>,
+    /// Whether this replica writes KCP status (`None`: status publishing is off).
+    leadership: Option<Leadership>,
+    /// The Lease's elector, when status is written only while holding it.
+    elector: Option<Arc<Elector>>,
+}
+
+impl Starting {
+    /// Empty caches, fresh metrics, readiness with nothing done yet, no tasks.
+    fn new(client: Client) -> Self {
+        Starting {
+            client,
+            metrics: Arc::new(Metrics::new()),
+            readiness: Arc::new(Readiness::default()),
+            state: Arc::new(ClusterState::new()),
+            tasks: Vec::new(),
+        }
+    }
+
+    /// Starts a watch per watched kind, each feeding its cache and, once listed, marking it
+    /// synced; readiness says the caches are synced once every kind a review needs is.
+    fn start_watches(&mut self) {
+        // MachineHealthChecks are watched too, but readiness waits only for the kinds a review
+        // needs (Kind::ALL): a guard that may not list them still judges.
+        for kind in Kind::WATCHED {
+            self.metrics.set_cache_synced(kind.as_str(), false);
+            let (c, s, m, r) = (
+                self.client.clone(),
+                self.state.clone(),
+                self.metrics.clone(),
+                self.readiness.clone(),
+            );
+            let synced_state = self.state.clone();
+            self.tasks.push(tokio::spawn(async move {
+                watch::run(c, kind, s, move |k| {
+                    m.set_cache_synced(k.as_str(), true);
+                    if synced_state.all_synced() {
+                        r.set_caches_synced(true);
+                    }
+                })
+                .await;
+            }));
+        }
+    }
+
+    /// With `config.sweep`: the fresh probes, the status publisher (and its Lease) when
+    /// `config.status` asks for one, readiness's wait for the first sweep, and the enricher on
+    /// its own thread. Without: readiness does not wait for a sweep.
+    fn start_enricher(&mut self, config: &ServeConfig) -> Enricher {
+        let Some(cfg) = config.sweep.clone() else {
+            // etcd is not probed: there is no sweep to wait for.
+            self.readiness.set_swept(true);
+            return Enricher::default();
+        };
+        // The sweep and the webhook's fresh probes share the kept probers (and so the etcd
+        // connections).
+        let probers = Arc::new(Probers::default());
+        let fresh = Some(Arc::new(FreshProbes::new(
+            self.client.clone(),
+            self.state.clone(),
+            probers.clone(),
+            &cfg,
+            &self.metrics,
+        )));
+        let enricher_metrics = Arc::new(EnricherMetrics::register(&self.metrics));
+        let (leadership, elector, publisher) = match config.status.clone() {
+            Some(status) => {
+                let (l, elector, publisher) = self.start_status(config, status, &enricher_metrics);
+                (Some(l), elector, Some(publisher))
+            }
+            None => (None, None, None),
+        };
+        let (first_tx, first_rx) = tokio::sync::oneshot::channel();
+        self.tasks.push(tokio::spawn(wait_first_sweep(
+            first_rx,
+            cfg.first_sweep_timeout,
+            self.readiness.clone(),
+            self.state.clone(),
+            enricher_metrics.clone(),
+        )));
+        let (c, s, policy) = (
+            self.client.clone(),
+            self.state.clone(),
+            config.policy.clone(),
+        );
+        self.tasks
+            .push(spawn_background("quorumguard-enricher", move || {
+                publish::enrich(
+                    c,
+                    s,
+                    cfg,
+                    policy,
+                    publisher,
+                    enricher_metrics,
+                    probers,
+                    Some(first_tx),
+                )
+            }));
+        Enricher {
+            fresh,
+            leadership,
+            elector,
+        }
+    }
+
+    /// The status publisher, writing while this replica leads: with `status.lease`, an elector
+    /// started on that Lease; without, always.
+    fn start_status(
+        &mut self,
+        config: &ServeConfig,
+        status: StatusConfig,
+        enricher_metrics: &Arc<EnricherMetrics>,
+    ) -> (Leadership, Option<Arc<Elector>>, Arc<Publisher>) {
+        let (l, elector) = match status.lease {
+            Some(lease) => {
+                let l = Leadership::new();
+                let e = Arc::new(Elector::new(self.client.clone(), lease, l.clone()));
+                let run = e.clone();
+                self.tasks
+                    .push(tokio::spawn(async move { run.run().await }));
+                (l, Some(e))
+            }
+            None => (Leadership::always(), None),
+        };
+        let publisher = Arc::new(Publisher::new(
+            self.client.clone(),
+            self.state.clone(),
+            config.policy.clone(),
+            l.clone(),
+            status.publish,
+            enricher_metrics.clone(),
+        ));
+        (l, elector, publisher)
+    }
+
+    /// Loads the serving certificate and key (and the client CA), says whether the webhook port
+    /// verifies clients, and marks the certificate loaded.
+    async fn load_tls(&self, config: &ServeConfig) -> Result<RustlsConfig, ServerError> {
+        let client_auth = config.client_auth.as_ref();
+        let tls_config = tls::load(&config.tls_cert, &config.tls_key, client_auth)
+            .await
+            .map_err(|error| ServerError::Tls {
+                what: tls_file_kind(&error, config),
+                error,
+            })?;
+        match client_auth {
+            Some(auth) => tracing::info!(
+                client_ca = %auth.ca_file.display(),
+                client_names = %auth.names.join(", "),
+                "the webhook port requires a client certificate from this CA naming one of these clients"
+            ),
+            None => tracing::info!(
+                "the webhook port does not verify client certificates: anything that can connect can send a review (see --client-ca-file)"
+            ),
+        }
+        self.readiness.set_cert_loaded(true);
+        Ok(tls_config)
+    }
+
+    /// Starts the certificate's reload into `tls_config` and the watch of its validity, each
+    /// counted and logged.
+    fn start_cert_watches(&mut self, config: &ServeConfig, tls_config: &RustlsConfig) {
+        let reload_metrics = self.metrics.clone();
+        let cert_path = config.tls_cert.clone();
+        self.tasks.push(tls::spawn_reloader(
+            tls_config.clone(),
+            config.tls_cert.clone(),
+            config.tls_key.clone(),
+            config.client_auth.clone(),
+            config.tls_reload_interval,
+            move |result| match result {
+                Ok(()) => {
+                    reload_metrics.cert_reload(true);
+                    tracing::info!("serving certificate reloaded");
+                }
+                Err(e) => {
+                    reload_metrics.cert_reload(false);
+                    tracing::error!(error = %e, "serving certificate not reloaded; still serving the previous one");
+                }
+            },
+        ));
+
+        let validity_metrics = self.metrics.clone();
+        self.tasks.push(tls::spawn_validity_watch(
+            config.tls_cert.clone(),
+            config.tls_key.clone(),
+            config.tls_reload_interval,
+            move |validity, problem| {
+                validity_metrics.set_cert_validity(validity.not_before, validity.not_after);
+                report_validity(validity, problem, &cert_path);
+            },
+        ));
+    }
+
+    /// The webhook over the caches, with the Events publisher when `config.events` asks for one
+    /// and the fresh probes when etcd is probed.
+    fn webhook(&self, config: &ServeConfig, fresh: Option<Arc<FreshProbes>>) -> Arc<Webhook> {
+        let sink = config.events.then(|| {
+            let verified = config.client_auth.is_some();
+            events::spawn(
+                self.client.clone(),
+                config.pod_name.clone(),
+                256,
+                &self.metrics,
+                verified,
+            )
+        });
+        let mut webhook = Webhook::new(
+            self.state.clone(),
+            config.policy.clone(),
+            self.metrics.clone(),
+            sink,
+            config.reservation_ttl,
+        );
+        if let Some(fresh) = fresh {
+            webhook = webhook.with_fresh_probes(fresh);
+        }
+        Arc::new(webhook)
+    }
+
+    /// Binds the admin address and serves /livez, /readyz and /metrics there; returns the
+    /// address bound.
+    async fn start_admin(&mut self, config: &ServeConfig) -> Result<SocketAddr, ServerError> {
+        let admin = TcpListener::bind(config.admin_listen)
+            .await
+            .map_err(|source| ServerError::AdminBind {
+                addr: config.admin_listen,
+                source,
+            })?;
+        let admin_addr = admin
+            .local_addr()
+            .map_err(|source| ServerError::AdminBind {
+                addr: config.admin_listen,
+                source,
+            })?;
+        let admin_app = admin_router(self.readiness.clone(), self.metrics.clone());
+        self.tasks.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(admin, admin_app).await {
+                tracing::error!(error = %e, "admin server stopped");
+            }
+        }));
+        Ok(admin_addr)
+    }
+
+    /// Serves the webhook over HTTPS on `config.listen` and waits until it listens: the address,
+    /// the handle that shuts it down, and its task.
+    async fn start_https(
+        &self,
+        config: &ServeConfig,
+        webhook: &Arc<Webhook>,
+        tls_config: RustlsConfig,
+    ) -> Result<
+        (
+            SocketAddr,
+            Handle<SocketAddr>,
+            JoinHandle<std::io::Result<()>>,
+        ),
+        ServerError,
+    > {
+        let handle = Handle::new();
+        let app = webhook
+            .clone()
+            .router()
+            .layer(axum::middleware::from_fn(bounded));
+        let server = tokio::spawn(
+            https(config.listen, tls_config, Some(self.metrics.clone()))
+                .handle(handle.clone())
+                .serve(app.into_make_service()),
+        );
+        let Some(addr) = handle.listening().await else {
+            return Err(ServerError::Listen(config.listen));
+        };
+        Ok((addr, handle, server))
+    }
 }
 
 /// Readiness waits for the enricher's first sweep (every workload cluster known then probed
@@ -403,79 +516,6 @@ async fn wait_first_sweep(
         }
     }
     readiness.set_swept(true);
-}
-
-/// How much lower than the webhook the enricher thread runs (Linux `nice`, 0–19).
-///
-/// A sweep of a large fleet is seconds of CPU (TLS and gRPC with every member, the status
-/// publication); on tokio's workers beside the webhook, reviews queued behind probe tasks and
-/// their p99 grew 6–9x during sweeps at 1,000 clusters (`cargo bench --bench scale`). On a
-/// thread of its own at a lower priority the kernel runs a review as soon as it arrives. Not
-/// 19: probes have deadlines in wall-clock time, and a starved prober would call healthy members
-/// unresponsive; at 10 the thread still gets about a tenth of a busy core.
-pub const ENRICHER_NICE: i32 = 10;
-
-/// Runs `make()`'s future on a runtime of its own, on one OS thread named `name` at
-/// [`ENRICHER_NICE`]. The returned task stands for it: aborting (or dropping the runtime that
-/// runs) the task stops the thread's future and its runtime, with every task it spawned (etcd
-/// connections among them).
-fn spawn_background<F, M>(name: &str, make: M) -> JoinHandle<()>
-where
-    M: FnOnce() -> F + Send + 'static,
-    F: std::future::Future<Output = ()> + 'static,
-{
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let thread_name = name.to_string();
-    let spawned = std::thread::Builder::new()
-        .name(thread_name.clone())
-        .spawn(move || {
-            lower_priority(&thread_name);
-            match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt.block_on(async move {
-                    tokio::select! {
-                        _ = make() => {}
-                        _ = stop_rx => {}
-                    }
-                }),
-                Err(e) => {
-                    tracing::error!(thread = %thread_name, error = %e, "no runtime for the thread")
-                }
-            }
-            let _ = done_tx.send(());
-        });
-    if let Err(e) = spawned {
-        tracing::error!(thread = name, error = %e, "could not start the thread");
-    }
-    tokio::spawn(async move {
-        let _stop = stop_tx;
-        let _ = done_rx.await;
-    })
-}
-
-/// Lowers the calling thread's priority by [`ENRICHER_NICE`] (Linux: `setpriority` on the
-/// thread ID). Raising nice needs no privilege; if it fails anyway, the thread runs at the
-/// process's priority and says so.
-fn lower_priority(thread: &str) {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: gettid has no preconditions; setpriority only reads its arguments.
-        let rc = unsafe {
-            let tid = libc::gettid();
-            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, ENRICHER_NICE)
-        };
-        if rc != 0 {
-            tracing::warn!(
-                thread, error = %std::io::Error::last_os_error(),
-                "could not lower the thread's priority; sweeps compete with reviews for CPU"
-            );
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = thread;
 }
 
 impl Running {

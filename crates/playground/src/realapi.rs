@@ -15,9 +15,11 @@
 //!
 //! - `proc.rs`: a child process with its log.
 //! - `pki.rs`: the run's CA and the certificates it signs.
+//! - `launch.rs`: the files etcd and kube-apiserver read, and the two spawned with their flags.
 //! - `crds.rs`: the CRDs: reading, creating, waiting until established.
 
 mod crds;
+mod launch;
 mod pki;
 mod proc;
 
@@ -29,7 +31,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::ByteString;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use rcgen::ExtendedKeyUsagePurpose;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -250,108 +251,22 @@ impl RealApi {
     ) -> Result<RealApi, RealApiError> {
         // Before anything starts: a missing CRD directory is a missing prerequisite.
         crd_files(crds)?;
-        let mkdir = |path: PathBuf| {
-            std::fs::create_dir_all(&path).map_err(|source| RealApiError::Write { path, source })
-        };
-        mkdir(dir.join("etcd"))?;
-        let write = |name: &str, text: &str| {
-            let path = dir.join(name);
-            match std::fs::write(&path, text) {
-                Ok(()) => Ok(path.display().to_string()),
-                Err(source) => Err(RealApiError::Write { path, source }),
-            }
-        };
-        let ca = pki::Ca::new()?;
-        let serving = ca.loopback_server("kube-apiserver", &["kubernetes.default.svc"])?;
-        let admin = ca.sign(
-            "envtest-admin",
-            &["system:masters"],
-            Vec::new(),
-            ExtendedKeyUsagePurpose::ClientAuth,
-        )?;
-        let sa_key = rcgen::KeyPair::generate().map_err(|e| RealApiError::Certs(e.to_string()))?;
-        let ca_file = write("ca.crt", &ca.pem)?;
-        let cert_file = write("apiserver.crt", &serving.0)?;
-        let key_file = write("apiserver.key", &serving.1)?;
-        let sa_private = write("sa.key", &sa_key.serialize_pem())?;
-        let sa_public = write("sa.pub", &sa_key.public_key_pem())?;
-        // Metadata for every request but the server's own loopback traffic.
-        let policy = write(
-            "audit-policy.yaml",
-            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
-             - level: None\n  users: [\"system:apiserver\"]\n- level: Metadata\n",
-        )?;
-        let audit_log = dir.join("audit.log");
-
-        let etcd_port = free_port()?;
-        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-        let peer_url = format!("http://127.0.0.1:{}", free_port()?);
-        let spawn = |program: &Path, args: &[String], log: &str| {
-            Proc::spawn(program, args, &dir.join(log)).map_err(|source| RealApiError::Spawn {
-                program: program.to_path_buf(),
-                source,
-            })
-        };
-        let etcd = spawn(
-            &assets.etcd,
-            &[
-                "--name=envtest".to_string(),
-                format!("--data-dir={}", dir.join("etcd").display()),
-                format!("--listen-client-urls={etcd_url}"),
-                format!("--advertise-client-urls={etcd_url}"),
-                format!("--listen-peer-urls={peer_url}"),
-                format!("--initial-advertise-peer-urls={peer_url}"),
-                format!("--initial-cluster=envtest={peer_url}"),
-                "--logger=zap".to_string(),
-                "--log-outputs=stderr".to_string(),
-            ],
-            "etcd.log",
-        )?;
-        let port = free_port()?;
-        let url = format!("https://127.0.0.1:{port}");
-        let apiserver = spawn(
-            &assets.kube_apiserver,
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".to_string(),
-                format!("--secure-port={port}"),
-                "--advertise-address=127.0.0.1".to_string(),
-                "--endpoint-reconciler-type=none".to_string(),
-                format!("--cert-dir={}", dir.display()),
-                format!("--tls-cert-file={cert_file}"),
-                format!("--tls-private-key-file={key_file}"),
-                format!("--client-ca-file={ca_file}"),
-                "--authorization-mode=Node,RBAC".to_string(),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
-                format!("--service-account-key-file={sa_public}"),
-                format!("--service-account-signing-key-file={sa_private}"),
-                "--service-cluster-ip-range=10.96.0.0/12".to_string(),
-                "--enable-admission-plugins=NamespaceLifecycle,ValidatingAdmissionWebhook,\
-                 MutatingAdmissionWebhook"
-                    .to_string(),
-                "--allow-privileged=true".to_string(),
-                format!("--audit-policy-file={policy}"),
-                format!("--audit-log-path={}", audit_log.display()),
-                "--audit-log-format=json".to_string(),
-            ]
-            .into_iter()
-            .chain(extra.iter().cloned())
-            .collect::<Vec<_>>(),
-            "kube-apiserver.log",
-        )?;
-        let text = kubeconfig_yaml(&url, &ca.pem, &admin, None)?;
-        let admin_kubeconfig = PathBuf::from(write("admin.kubeconfig", &text)?);
+        let files = launch::write_files(dir)?;
+        let (etcd, etcd_port, etcd_url) = launch::spawn_etcd(assets, dir)?;
+        let (apiserver, url) = launch::spawn_apiserver(assets, dir, &etcd_url, &files, extra)?;
+        let text = kubeconfig_yaml(&url, &files.ca.pem, &files.admin, None)?;
+        let admin_kubeconfig = PathBuf::from(launch::write_file(dir, "admin.kubeconfig", &text)?);
         let admin_config = Self::config_from(&admin_kubeconfig).await?;
         let mut api = RealApi {
             apiserver,
             etcd,
             dir: dir.to_path_buf(),
             url,
-            ca,
-            admin,
+            ca: files.ca,
+            admin: files.admin,
             admin_kubeconfig,
             admin_config,
-            audit_log,
+            audit_log: files.audit_log,
         };
         wait_up(&mut api.etcd, "kube-apiserver's etcd", START_WAIT, || {
             etcd_healthy(etcd_port)

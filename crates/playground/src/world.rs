@@ -29,8 +29,8 @@
 //! - `backend.rs`: the stand-in or the real server under one face: reads, clients acting as a
 //!   user, waiting until a write is seen.
 //! - `real.rs`: starting the real server, and its webhook registration and relay.
-//! - `serve.rs`: quorumguard serve as the world runs it (in process or as a child), killed,
-//!   restarted and waited for, and the Lease it holds.
+//! - `serve.rs`: quorumguard serve as the world runs it (in process or as a child): started,
+//!   killed, restarted and waited for, and the Lease it holds.
 //! - `child_serve.rs`: `quorumguard serve` as a child process: its flags, spawning it, waiting
 //!   for it to listen, killing it.
 //! - `files.rs`: the files the world writes: the webhook's certificates and the kubeconfigs.
@@ -58,6 +58,7 @@ mod starts;
 mod tests;
 mod view;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -69,10 +70,10 @@ use super::webhooks::{SERVICE_DNS_NAME, WebhookDispatcher, WebhookTarget};
 use crate::engine::model::{DEFAULT_KCP_CONTROLLER, Policy};
 use crate::server;
 use child_serve::ChildPlan;
-use files::{webhook_certs, write_kubeconfig};
+use files::{WebhookCerts, webhook_certs};
 use objects::{seed, seed_health_check};
 use real::{real_webhooks, start_real};
-use serve::{Serve, serve_config};
+use serve::{Serve, start_serve};
 
 pub use backend::{Backend, RealBackend};
 pub use serve::{
@@ -287,51 +288,9 @@ impl World {
         options: WorldOptions,
         step: impl Fn(&str) + Send + Sync,
     ) -> Result<World, WorldError> {
-        std::fs::create_dir_all(&options.dir).map_err(|source| WorldError::Write {
-            path: options.dir.clone(),
-            source,
-        })?;
+        let (etcd, names) = start_etcd(&options, &step).await?;
+        let api = start_api(&options, &step).await?;
         let n = options.members;
-        if !(1..=MAX_SEEDED).contains(&n) {
-            return Err(WorldError::Other(format!(
-                "a world starts with 1 to {MAX_SEEDED} members, not {n}"
-            )));
-        }
-        let names: Vec<String> = SUFFIXES[..n].iter().map(|s| format!("{KCP}-{s}")).collect();
-        // Which etcd: QUORUMGUARD_ETCD_BIN_DIR's, else PATH's (crate::etcd::program).
-        let version = crate::etcd::etcd_version()
-            .map(|v| format!(" {v}"))
-            .unwrap_or_default();
-        step(&format!(
-            "starting etcd{version}: {n} member{} with TLS on 127.0.0.1",
-            if n == 1 { "" } else { "s" }
-        ));
-        let etcd_options = EtcdOptions {
-            parent_dir: Some(options.dir.clone()),
-            names: names.clone(),
-            ..EtcdOptions::new(n)
-        };
-        let etcd = tokio::task::spawn_blocking(move || EtcdCluster::start_with(etcd_options))
-            .await
-            .map_err(|e| WorldError::Join(e.to_string()))??;
-
-        let api = match &options.real_api {
-            None => {
-                step("starting the API-server stand-in");
-                Backend::StandIn(ApiServer::start().await.map_err(WorldError::ApiServer)?)
-            }
-            Some(plan) => {
-                if matches!(options.serve, ServeMode::Child(_)) {
-                    return Err(WorldError::Other(
-                        "a real kube-apiserver runs quorumguard serve in process only".into(),
-                    ));
-                }
-                step(
-                    "starting a real kube-apiserver and its etcd, installing the Cluster API CRDs",
-                );
-                start_real(plan, &options.dir).await?
-            }
-        };
         let replicas = options.replicas.unwrap_or(n);
         seed(&api, &etcd, &names, replicas, options.version).await?;
         if options.health_check {
@@ -341,82 +300,22 @@ impl World {
 
         step("starting quorumguard serve (webhook, prober, status publisher)");
         let certs = webhook_certs(&options.dir)?;
-        let kubeconfig = options.dir.join("kubeconfig");
-        let mut policy = serve_config(&options, &certs).policy;
-        let (serve, child, addr) = match (&options.serve, &api) {
-            (ServeMode::InProcess, Backend::StandIn(standin)) => {
-                write_kubeconfig(standin, &kubeconfig, KUBECONFIG_USER)?;
-                let client = standin.client().map_err(WorldError::Client)?;
-                let running = server::start(serve_config(&options, &certs), client)
-                    .await
-                    .map_err(WorldError::Serve)?;
-                let addr = running.addr;
-                (Serve::InProcess(Box::new(running)), None, addr)
-            }
-            (ServeMode::InProcess, Backend::Real(real)) => {
-                // kubectl acts as the admin (system:masters) on the real server.
-                let text = real
-                    .with_api(|r| r.kubeconfig_text(None))
-                    .map_err(|e| WorldError::Other(e.to_string()))?;
-                std::fs::write(&kubeconfig, text).map_err(|source| WorldError::Write {
-                    path: kubeconfig.clone(),
-                    source,
-                })?;
-                let mut config = serve_config(&options, &certs);
-                config.policy.join_grace = REAL_JOIN_GRACE;
-                policy = config.policy.clone();
-                let running = server::start(config, real.admin_client()?)
-                    .await
-                    .map_err(WorldError::Serve)?;
-                let addr = running.addr;
-                (Serve::InProcess(Box::new(running)), None, addr)
-            }
-            (ServeMode::Child(spec), api) => {
-                let Backend::StandIn(standin) = api else {
-                    return Err(WorldError::Other("unreachable: checked above".into()));
-                };
-                write_kubeconfig(standin, &kubeconfig, KUBECONFIG_USER)?;
-                let serve_kubeconfig = options.dir.join("serve-kubeconfig");
-                write_kubeconfig(standin, &serve_kubeconfig, SERVE_USER)?;
-                let plan = ChildPlan::new(spec, &options, &certs, &serve_kubeconfig)?;
-                let process = plan.spawn(SERVE_IDENTITY)?;
-                let process = plan.wait_listening(process).await?;
-                let addr = plan.addr;
-                (Serve::Child(process), Some(plan), addr)
-            }
-        };
-        let target = WebhookTarget {
-            addr,
-            ca_pem: certs.ca_pem.clone(),
-            server_name: SERVICE_DNS_NAME.to_string(),
-        };
-        let webhooks = Arc::new(
-            WebhookDispatcher::for_repo_manifest(target)
-                .map_err(|e| WorldError::Webhooks(e.to_string()))?,
-        );
-        match &api {
-            Backend::StandIn(standin) => Arc::clone(&webhooks).install(standin),
-            Backend::Real(real) => {
-                real_webhooks(real, &webhooks).await?;
-                // The seeded Machines must not count as new ones still joining.
-                tokio::time::sleep_until(seeded + REAL_JOIN_GRACE + Duration::from_secs(1)).await;
-            }
-        }
+        let started = start_serve(&options, &api, &certs).await?;
+        let webhooks = install_webhooks(&api, started.addr, &certs, seeded).await?;
         Ok(World {
             api,
             webhooks,
             dir: options.dir,
             webhook_ca_pem: certs.ca_pem,
             etcd: Arc::new(Mutex::new(etcd)),
-            server: Mutex::new(Some(serve)),
-            child,
+            server: Mutex::new(Some(started.serve)),
+            child: started.child,
             next_name: Mutex::new(n),
-            policy,
+            policy: started.policy,
             probe_interval: options.probe_interval,
             probe_deadline: options.probe_deadline,
         })
     }
-
     /// How long before a published status etcd may have been as it says (the truth check): the
     /// probe that saw it took up to the probe deadline, the sweep it ended ran up to a probe
     /// interval before the write, and a loaded machine adds a second.
@@ -489,4 +388,94 @@ impl World {
             })
             .await;
     }
+}
+
+/// Creates the world's directory and starts its etcd cluster (on a blocking thread), its
+/// members named after their Machines; returns it with those names.
+async fn start_etcd(
+    options: &WorldOptions,
+    step: &(impl Fn(&str) + Send + Sync),
+) -> Result<(EtcdCluster, Vec<String>), WorldError> {
+    std::fs::create_dir_all(&options.dir).map_err(|source| WorldError::Write {
+        path: options.dir.clone(),
+        source,
+    })?;
+    let n = options.members;
+    if !(1..=MAX_SEEDED).contains(&n) {
+        return Err(WorldError::Other(format!(
+            "a world starts with 1 to {MAX_SEEDED} members, not {n}"
+        )));
+    }
+    let names: Vec<String> = SUFFIXES[..n].iter().map(|s| format!("{KCP}-{s}")).collect();
+    // Which etcd: QUORUMGUARD_ETCD_BIN_DIR's, else PATH's (crate::etcd::program).
+    let version = crate::etcd::etcd_version()
+        .map(|v| format!(" {v}"))
+        .unwrap_or_default();
+    step(&format!(
+        "starting etcd{version}: {n} member{} with TLS on 127.0.0.1",
+        if n == 1 { "" } else { "s" }
+    ));
+    let etcd_options = EtcdOptions {
+        parent_dir: Some(options.dir.clone()),
+        names: names.clone(),
+        ..EtcdOptions::new(n)
+    };
+    let etcd = tokio::task::spawn_blocking(move || EtcdCluster::start_with(etcd_options))
+        .await
+        .map_err(|e| WorldError::Join(e.to_string()))??;
+    Ok((etcd, names))
+}
+
+/// Starts the API server the options ask for: the stand-in, or a real kube-apiserver with the
+/// Cluster API CRDs (in-process serve only).
+async fn start_api(
+    options: &WorldOptions,
+    step: &(impl Fn(&str) + Send + Sync),
+) -> Result<Backend, WorldError> {
+    match &options.real_api {
+        None => {
+            step("starting the API-server stand-in");
+            Ok(Backend::StandIn(
+                ApiServer::start().await.map_err(WorldError::ApiServer)?,
+            ))
+        }
+        Some(plan) => {
+            if matches!(options.serve, ServeMode::Child(_)) {
+                return Err(WorldError::Other(
+                    "a real kube-apiserver runs quorumguard serve in process only".into(),
+                ));
+            }
+            step("starting a real kube-apiserver and its etcd, installing the Cluster API CRDs");
+            start_real(plan, &options.dir).await
+        }
+    }
+}
+
+/// Points the repo's ValidatingWebhookConfiguration at `addr` and installs it: in the stand-in's
+/// dispatcher, or registered on the real server (which then waits until the Machines seeded at
+/// `seeded` are older than [`REAL_JOIN_GRACE`]).
+async fn install_webhooks(
+    api: &Backend,
+    addr: SocketAddr,
+    certs: &WebhookCerts,
+    seeded: tokio::time::Instant,
+) -> Result<Arc<WebhookDispatcher>, WorldError> {
+    let target = WebhookTarget {
+        addr,
+        ca_pem: certs.ca_pem.clone(),
+        server_name: SERVICE_DNS_NAME.to_string(),
+    };
+    let webhooks = Arc::new(
+        WebhookDispatcher::for_repo_manifest(target)
+            .map_err(|e| WorldError::Webhooks(e.to_string()))?,
+    );
+    match api {
+        Backend::StandIn(standin) => Arc::clone(&webhooks).install(standin),
+        Backend::Real(real) => {
+            real_webhooks(real, &webhooks).await?;
+            // The seeded Machines must not count as new ones still joining.
+            tokio::time::sleep_until(seeded + REAL_JOIN_GRACE + Duration::from_secs(1)).await;
+        }
+    }
+    Ok(webhooks)
 }

@@ -15,7 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Unit;
+use prometheus_client::registry::{Metric, Registry, Unit};
 
 use quorumguard_engine::quorum::{Tally, quorum};
 use quorumguard_engine::rollout::{Preflight, Readiness, ReadyReason};
@@ -196,6 +196,113 @@ const CYCLE_BUCKETS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.
 
 const MEMBER_STATES: [&str; 4] = ["healthy", "unhealthy", "unknown", "learner"];
 
+/// A family as `/metrics` describes it: its name (the registry adds the `quorumguard_` prefix,
+/// the unit's suffix, and `_total` to a counter), its help text and its unit.
+struct Described {
+    name: &'static str,
+    help: &'static str,
+    unit: Option<Unit>,
+}
+
+/// Registers `metric` in `reg` as `described` says.
+fn add(reg: &mut Registry, described: &Described, metric: impl Metric) {
+    match &described.unit {
+        Some(unit) => reg.register_with_unit(described.name, described.help, unit.clone(), metric),
+        None => reg.register(described.name, described.help, metric),
+    }
+}
+
+// The families, in the order they are registered.
+const ETCD_PROBE_DURATION: Described = Described {
+    name: "etcd_probe_duration",
+    help: "Duration of the latest etcd probe of each workload cluster",
+    unit: Some(Unit::Seconds),
+};
+const ETCD_PROBE: Described = Described {
+    name: "etcd_probe",
+    help: "Durations of etcd probes, all clusters",
+    unit: Some(Unit::Seconds),
+};
+const SWEEP: Described = Described {
+    name: "sweep",
+    help: "Durations of whole sweeps (every cluster probed), each recorded once its \
+          publication is over: a sweep near --probe-interval means the fleet outgrows it",
+    unit: Some(Unit::Seconds),
+};
+const SWEEPS_STARTED: Described = Described {
+    name: "sweeps_started",
+    help: "Sweeps started: ahead of sweep_seconds' count while a sweep or its publication \
+          runs",
+    unit: None,
+};
+const STATUS_PUBLISH: Described = Described {
+    name: "status_publish",
+    help: "Durations of the KCP status publication that follows each sweep",
+    unit: Some(Unit::Seconds),
+};
+const ETCD_PROBE_FAILURES: Described = Described {
+    name: "etcd_probe_failures",
+    help: "etcd probes that failed (no member list: CA Secret, endpoints, deadline)",
+    unit: None,
+};
+const ETCD_MEMBERS: Described = Described {
+    name: "etcd_members",
+    help: "etcd members of each workload cluster by state (healthy, unhealthy, unknown \
+          voting members; learners)",
+    unit: None,
+};
+const ETCD_QUORUM_MARGIN: Described = Described {
+    name: "etcd_quorum_margin",
+    help: "Healthy voting members minus quorum: how many more may fail (negative: quorum \
+          lost)",
+    unit: None,
+};
+const STATUS_WRITES: Described = Described {
+    name: "status_writes",
+    help: "KCP status publications by result (written, unchanged, conflict, error, no_room)",
+    unit: None,
+};
+const ETCD_UNPROBED: Described = Described {
+    name: "etcd_unprobed",
+    help: "1 for each workload cluster known at start that was not probed yet when readiness \
+          stopped waiting for the first sweep (--first-sweep-timeout); gone once probed",
+    unit: None,
+};
+const LEADER: Described = Described {
+    name: "leader",
+    help: "1 while this replica holds the Lease and writes KCP status, else 0",
+    unit: None,
+};
+const LEADER_TRANSITIONS: Described = Described {
+    name: "leader_transitions",
+    help: "Times this replica took or lost the Lease",
+    unit: None,
+};
+const ROLLOUT_READY: Described = Described {
+    name: "rollout_ready",
+    help: "1 for each KCP, labelled with what the rollout a spec.version change would start \
+          is predicted to do after the latest sweep (verdict: ready, would_stick, unsafe, \
+          cannot_judge) and why (reason); one series per KCP",
+    unit: None,
+};
+const ROLLOUT_STEP: Described = Described {
+    name: "rollout_step",
+    help: "The step (1-based) of the predicted rollout at which it would stick \
+          (would_stick) or one more member failure loses quorum (unsafe); no series \
+          otherwise",
+    unit: None,
+};
+const ROLLOUT_STEPS: Described = Described {
+    name: "rollout_steps",
+    help: "The steps of the predicted rollout in all, beside rollout_step",
+    unit: None,
+};
+const ROLLOUT_PREDICTION: Described = Described {
+    name: "rollout_prediction",
+    help: "Durations of predicting the rollout of every KCP after a sweep",
+    unit: Some(Unit::Seconds),
+};
+
 fn rollout_labels(key: &(String, String), (v, r): (RolloutVerdict, ReadyReason)) -> RolloutLabels {
     RolloutLabels {
         namespace: key.0.clone(),
@@ -232,100 +339,22 @@ impl EnricherMetrics {
             let _ = m.writes.get_or_create(&ResultLabels { result: r.as_str() });
         }
         metrics.with_registry(|reg| {
-            reg.register_with_unit(
-                "etcd_probe_duration",
-                "Duration of the latest etcd probe of each workload cluster",
-                Unit::Seconds,
-                m.probe_duration.clone(),
-            );
-            reg.register_with_unit(
-                "etcd_probe",
-                "Durations of etcd probes, all clusters",
-                Unit::Seconds,
-                m.probe_seconds.clone(),
-            );
-            reg.register_with_unit(
-                "sweep",
-                "Durations of whole sweeps (every cluster probed), each recorded once its \
-                 publication is over: a sweep near --probe-interval means the fleet outgrows it",
-                Unit::Seconds,
-                m.sweep_seconds.clone(),
-            );
-            reg.register(
-                "sweeps_started",
-                "Sweeps started: ahead of sweep_seconds' count while a sweep or its publication \
-                 runs",
-                m.sweeps_started.clone(),
-            );
-            reg.register_with_unit(
-                "status_publish",
-                "Durations of the KCP status publication that follows each sweep",
-                Unit::Seconds,
-                m.publish_seconds.clone(),
-            );
-            reg.register(
-                "etcd_probe_failures",
-                "etcd probes that failed (no member list: CA Secret, endpoints, deadline)",
-                m.probe_failures.clone(),
-            );
-            reg.register(
-                "etcd_members",
-                "etcd members of each workload cluster by state (healthy, unhealthy, unknown \
-                 voting members; learners)",
-                m.members.clone(),
-            );
-            reg.register(
-                "etcd_quorum_margin",
-                "Healthy voting members minus quorum: how many more may fail (negative: quorum \
-                 lost)",
-                m.margin.clone(),
-            );
-            reg.register(
-                "status_writes",
-                "KCP status publications by result (written, unchanged, conflict, error, no_room)",
-                m.writes.clone(),
-            );
-            reg.register(
-                "etcd_unprobed",
-                "1 for each workload cluster known at start that was not probed yet when readiness \
-                 stopped waiting for the first sweep (--first-sweep-timeout); gone once probed",
-                m.unprobed.clone(),
-            );
-            reg.register(
-                "leader",
-                "1 while this replica holds the Lease and writes KCP status, else 0",
-                m.leader.clone(),
-            );
-            reg.register(
-                "leader_transitions",
-                "Times this replica took or lost the Lease",
-                m.transitions.clone(),
-            );
-            reg.register(
-                "rollout_ready",
-                "1 for each KCP, labelled with what the rollout a spec.version change would start \
-                 is predicted to do after the latest sweep (verdict: ready, would_stick, unsafe, \
-                 cannot_judge) and why (reason); one series per KCP",
-                m.rollout_ready.clone(),
-            );
-            reg.register(
-                "rollout_step",
-                "The step (1-based) of the predicted rollout at which it would stick \
-                 (would_stick) or one more member failure loses quorum (unsafe); no series \
-                 otherwise",
-                m.rollout_step.clone(),
-            );
-            reg.register(
-                "rollout_steps",
-                "The steps of the predicted rollout in all, beside rollout_step",
-                m.rollout_steps.clone(),
-            );
-            reg.register_with_unit(
-                "rollout_prediction",
-                "Durations of predicting the rollout of every KCP after a sweep",
-                Unit::Seconds,
-                m.rollout_seconds.clone(),
-            );
+            add(reg, &ETCD_PROBE_DURATION, m.probe_duration.clone());
+            add(reg, &ETCD_PROBE, m.probe_seconds.clone());
+            add(reg, &SWEEP, m.sweep_seconds.clone());
+            add(reg, &SWEEPS_STARTED, m.sweeps_started.clone());
+            add(reg, &STATUS_PUBLISH, m.publish_seconds.clone());
+            add(reg, &ETCD_PROBE_FAILURES, m.probe_failures.clone());
+            add(reg, &ETCD_MEMBERS, m.members.clone());
+            add(reg, &ETCD_QUORUM_MARGIN, m.margin.clone());
+            add(reg, &STATUS_WRITES, m.writes.clone());
+            add(reg, &ETCD_UNPROBED, m.unprobed.clone());
+            add(reg, &LEADER, m.leader.clone());
+            add(reg, &LEADER_TRANSITIONS, m.transitions.clone());
+            add(reg, &ROLLOUT_READY, m.rollout_ready.clone());
+            add(reg, &ROLLOUT_STEP, m.rollout_step.clone());
+            add(reg, &ROLLOUT_STEPS, m.rollout_steps.clone());
+            add(reg, &ROLLOUT_PREDICTION, m.rollout_seconds.clone());
         });
         m
     }

@@ -52,7 +52,7 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use etcd_client::{AlarmAction, AlarmType, Client};
+use etcd_client::{AlarmAction, AlarmResponse, AlarmType, Client};
 use futures::future::{Either, join_all, select};
 use futures::stream::{FuturesUnordered, StreamExt};
 use thiserror::Error;
@@ -61,7 +61,7 @@ use tokio::time::{Instant, sleep_until};
 use super::endpoints::Transport;
 use alarms::{alarm_of, attach_alarms, parse_alarm};
 use clients::{Kept, call, with_hint};
-use member::apply;
+use member::{Report, apply};
 use quorumguard_engine::model::{Alarm, Member};
 
 /// The cluster's TLS material and its rustls configuration live with every other certificate, in
@@ -219,16 +219,40 @@ impl Prober {
             warnings.push(format!("member list: {f}"));
         }
 
-        let mut members: Vec<Member> = listed
-            .iter()
-            .map(|m| {
-                let mut member = Member::new(m.id(), m.name());
-                member.peer_urls = m.peer_urls().to_vec();
-                member.client_urls = m.client_urls().to_vec();
-                member.is_learner = m.is_learner();
-                member
-            })
-            .collect();
+        let mut members: Vec<Member> = listed.iter().map(listed_member).collect();
+        let (targets, target_errors) = self.targets(&members);
+        let (reports, member_took, alarms) = self
+            .ask_members(&members, &targets, list_client, start, end, &timeout_text)
+            .await;
+        let slowest_member = slowest(&members, &targets, &member_took);
+        let alarms = self.listed_alarms(alarms, &from, &mut warnings);
+        let status_alarms = apply_reports(
+            &mut members,
+            &targets,
+            reports,
+            target_errors,
+            &mut warnings,
+        );
+        attach_alarms(
+            &mut members,
+            alarms.into_iter().chain(status_alarms),
+            &mut warnings,
+        );
+        self.forget_unused(endpoints, &targets);
+
+        Ok(Probe {
+            members,
+            took: start.elapsed(),
+            member_list_took,
+            slowest_member,
+            warnings,
+            member_list_from: from,
+        })
+    }
+
+    /// Where each member is asked (`None`: nowhere), and beside it the transport's error for a
+    /// member it could not place (it goes into the probe's warnings).
+    fn targets(&self, members: &[Member]) -> (Vec<Option<String>>, Vec<Option<String>>) {
         let mut target_errors: Vec<Option<String>> = vec![None; members.len()];
         let targets: Vec<Option<String>> = members
             .iter()
@@ -240,9 +264,26 @@ impl Prober {
                 })
             })
             .collect();
+        (targets, target_errors)
+    }
 
-        let timeout_text = timeout_text.as_str();
-        let reports = join_all(members.iter().zip(&targets).map(|(m, target)| async move {
+    /// Every member with a target asked for its status and health in parallel, and the alarm
+    /// list from `list_client` alongside, all by `end`: each member's report (`None`: no
+    /// target) and how long it took, and the alarm list.
+    async fn ask_members(
+        &self,
+        members: &[Member],
+        targets: &[Option<String>],
+        list_client: Client,
+        start: Instant,
+        end: Instant,
+        timeout_text: &str,
+    ) -> (
+        Vec<Option<Report>>,
+        Vec<Duration>,
+        Result<AlarmResponse, String>,
+    ) {
+        let reports = join_all(members.iter().zip(targets).map(|(m, target)| async move {
             let asked = Instant::now();
             let report = match target {
                 Some(url) => Some(
@@ -280,65 +321,36 @@ impl Prober {
             Either::Right((alarms, reports)) => (reports.await, alarms),
         };
         let (reports, member_took): (Vec<_>, Vec<_>) = reports.into_iter().unzip();
-        let slowest_member = members
-            .iter()
-            .zip(&targets)
-            .zip(&member_took)
-            .filter(|((_, target), _)| target.is_some())
-            .max_by_key(|(_, took)| **took)
-            .map(|((m, _), took)| (m.display_name(), *took));
+        (reports, member_took, alarms)
+    }
 
-        let alarms: Vec<(u64, Alarm)> = match alarms {
+    /// The alarms of the alarm list; when it failed, none, the client it was asked of dropped,
+    /// and a warning saying that the members' status alone tells the alarms.
+    fn listed_alarms(
+        &self,
+        alarms: Result<AlarmResponse, String>,
+        from: &str,
+        warnings: &mut Vec<String>,
+    ) -> Vec<(u64, Alarm)> {
+        match alarms {
             Ok(resp) => resp
                 .alarms()
                 .iter()
                 .filter_map(|a| alarm_of(a.alarm()).map(|alarm| (a.member_id(), alarm)))
                 .collect(),
             Err(e) => {
-                self.evict(&from);
+                self.evict(from);
                 warnings.push(format!(
                     "alarm list from {from}: {e} (alarms are taken from the members' status only)"
                 ));
                 Vec::new()
             }
-        };
-
-        let mut status_alarms = Vec::new();
-        for (((member, target), report), error) in members
-            .iter_mut()
-            .zip(&targets)
-            .zip(reports)
-            .zip(target_errors)
-        {
-            match (target, report) {
-                (Some(url), Some(report)) => {
-                    if let Ok(status) = &report.status {
-                        status_alarms.extend(status.errors.iter().filter_map(|e| parse_alarm(e)));
-                    }
-                    apply(member, url, report);
-                }
-                _ => {
-                    if let Some(error) = error {
-                        warnings.push(format!(
-                            "member {} ({}): {error}: its health is unknown",
-                            member.name, member.id
-                        ));
-                    } else if !member.is_unstarted() {
-                        warnings.push(format!(
-                            "member {} ({}) has no client URL: its health is unknown",
-                            member.name, member.id
-                        ));
-                    }
-                }
-            }
         }
-        attach_alarms(
-            &mut members,
-            alarms.into_iter().chain(status_alarms),
-            &mut warnings,
-        );
+    }
 
-        // Forget clients of endpoints this probe did not use (removed members, changed IPs).
+    /// Forgets the clients (and the transport's listeners) of endpoints this probe did not use:
+    /// removed members, changed IPs.
+    fn forget_unused(&self, endpoints: &[String], targets: &[Option<String>]) {
         let used: HashSet<&str> = endpoints
             .iter()
             .map(String::as_str)
@@ -346,15 +358,6 @@ impl Prober {
             .collect();
         self.lock().retain(|k, _| used.contains(k.as_str()));
         self.transport.retain(&used);
-
-        Ok(Probe {
-            members,
-            took: start.elapsed(),
-            member_list_took,
-            slowest_member,
-            warnings,
-            member_list_from: from,
-        })
     }
 
     /// The member list from the first endpoint that answers. Endpoints are asked in turn; one
@@ -433,6 +436,72 @@ impl Prober {
             .collect();
         Err(ProbeError::MemberList { attempts })
     }
+}
+
+/// A member of the member list as the engine's [`Member`], its health not known yet.
+fn listed_member(m: &etcd_client::Member) -> Member {
+    let mut member = Member::new(m.id(), m.name());
+    member.peer_urls = m.peer_urls().to_vec();
+    member.client_urls = m.client_urls().to_vec();
+    member.is_learner = m.is_learner();
+    member
+}
+
+/// The member asked (it had a target) whose status and health took longest, and how long.
+fn slowest(
+    members: &[Member],
+    targets: &[Option<String>],
+    member_took: &[Duration],
+) -> Option<(String, Duration)> {
+    members
+        .iter()
+        .zip(targets)
+        .zip(member_took)
+        .filter(|((_, target), _)| target.is_some())
+        .max_by_key(|(_, took)| **took)
+        .map(|((m, _), took)| (m.display_name(), *took))
+}
+
+/// Judges each member from its report, or warns that its health is unknown (no target: the
+/// transport's error, or no client URL for a started member); returns the alarms the members'
+/// status `errors` name.
+fn apply_reports(
+    members: &mut [Member],
+    targets: &[Option<String>],
+    reports: Vec<Option<Report>>,
+    target_errors: Vec<Option<String>>,
+    warnings: &mut Vec<String>,
+) -> Vec<(u64, Alarm)> {
+    let mut status_alarms = Vec::new();
+    for (((member, target), report), error) in members
+        .iter_mut()
+        .zip(targets)
+        .zip(reports)
+        .zip(target_errors)
+    {
+        match (target, report) {
+            (Some(url), Some(report)) => {
+                if let Ok(status) = &report.status {
+                    status_alarms.extend(status.errors.iter().filter_map(|e| parse_alarm(e)));
+                }
+                apply(member, url, report);
+            }
+            _ => {
+                if let Some(error) = error {
+                    warnings.push(format!(
+                        "member {} ({}): {error}: its health is unknown",
+                        member.name, member.id
+                    ));
+                } else if !member.is_unstarted() {
+                    warnings.push(format!(
+                        "member {} ({}) has no client URL: its health is unknown",
+                        member.name, member.id
+                    ));
+                }
+            }
+        }
+    }
+    status_alarms
 }
 
 #[cfg(test)]

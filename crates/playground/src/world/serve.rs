@@ -1,5 +1,6 @@
-//! quorumguard serve as the world runs it: in this process or as a child process that can be
-//! killed, restarted and waited for, the Lease a child holds, and the in-process configuration.
+//! quorumguard serve as the world runs it: started in this process or as a child process that
+//! can be killed, restarted and waited for, the Lease a child holds, and the in-process
+//! configuration.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,11 +11,13 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::ApiResource;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::child_serve::ServeProcess;
-use super::files::WebhookCerts;
-use super::{World, WorldError, WorldOptions};
+use super::child_serve::{ChildPlan, ServeProcess};
+use super::files::{WebhookCerts, write_kubeconfig};
+use super::{
+    Backend, KUBECONFIG_USER, REAL_JOIN_GRACE, ServeMode, World, WorldError, WorldOptions,
+};
 use crate::engine::{Confirmation, Policy};
-use crate::server::{Running, ServeConfig, StatusConfig};
+use crate::server::{self, Running, ServeConfig, StatusConfig};
 use crate::status::publish::PublishConfig;
 use quorumguard_observe::etcd::TransportKind;
 use quorumguard_observe::etcd::sweep::SweepConfig;
@@ -225,6 +228,77 @@ pub(super) fn serve_config(options: &WorldOptions, certs: &WebhookCerts) -> Serv
             lease: None,
         }),
     }
+}
+
+/// quorumguard serve as [`start_serve`] started it.
+pub(super) struct Started {
+    pub(super) serve: Serve,
+    /// How to start it again (child mode only).
+    pub(super) child: Option<ChildPlan>,
+    /// Where its webhook answers.
+    pub(super) addr: SocketAddr,
+    /// The policy it runs with.
+    pub(super) policy: Policy,
+}
+
+/// Starts quorumguard serve as the options ask, writing the kubeconfigs it and kubectl use: in
+/// this process over the stand-in, in this process over the real server (with
+/// [`REAL_JOIN_GRACE`]), or as a child process over the stand-in.
+pub(super) async fn start_serve(
+    options: &WorldOptions,
+    api: &Backend,
+    certs: &WebhookCerts,
+) -> Result<Started, WorldError> {
+    let kubeconfig = options.dir.join("kubeconfig");
+    let mut policy = serve_config(options, certs).policy;
+    let (serve, child, addr) = match (&options.serve, api) {
+        (ServeMode::InProcess, Backend::StandIn(standin)) => {
+            write_kubeconfig(standin, &kubeconfig, KUBECONFIG_USER)?;
+            let client = standin.client().map_err(WorldError::Client)?;
+            let running = server::start(serve_config(options, certs), client)
+                .await
+                .map_err(WorldError::Serve)?;
+            let addr = running.addr;
+            (Serve::InProcess(Box::new(running)), None, addr)
+        }
+        (ServeMode::InProcess, Backend::Real(real)) => {
+            // kubectl acts as the admin (system:masters) on the real server.
+            let text = real
+                .with_api(|r| r.kubeconfig_text(None))
+                .map_err(|e| WorldError::Other(e.to_string()))?;
+            std::fs::write(&kubeconfig, text).map_err(|source| WorldError::Write {
+                path: kubeconfig.clone(),
+                source,
+            })?;
+            let mut config = serve_config(options, certs);
+            config.policy.join_grace = REAL_JOIN_GRACE;
+            policy = config.policy.clone();
+            let running = server::start(config, real.admin_client()?)
+                .await
+                .map_err(WorldError::Serve)?;
+            let addr = running.addr;
+            (Serve::InProcess(Box::new(running)), None, addr)
+        }
+        (ServeMode::Child(spec), api) => {
+            let Backend::StandIn(standin) = api else {
+                return Err(WorldError::Other("unreachable: checked above".into()));
+            };
+            write_kubeconfig(standin, &kubeconfig, KUBECONFIG_USER)?;
+            let serve_kubeconfig = options.dir.join("serve-kubeconfig");
+            write_kubeconfig(standin, &serve_kubeconfig, SERVE_USER)?;
+            let plan = ChildPlan::new(spec, options, certs, &serve_kubeconfig)?;
+            let process = plan.spawn(SERVE_IDENTITY)?;
+            let process = plan.wait_listening(process).await?;
+            let addr = plan.addr;
+            (Serve::Child(process), Some(plan), addr)
+        }
+    };
+    Ok(Started {
+        serve,
+        child,
+        addr,
+        policy,
+    })
 }
 
 /// The leader-election Lease, as [`World::lease`] reads it.
