@@ -6,31 +6,16 @@
 //! The slow real-process tests (the playground's stories, the real kube-apiserver, the model
 //! check) are in `tests/slow/`.
 
-mod apiserver_standin;
 mod architecture;
-mod bad_input;
 mod certs_cli;
 mod check_cli;
-mod client_auth;
 mod crash_safety;
 mod dockerfile;
 mod docs;
-mod etcd_portforward;
-mod etcd_prober;
-mod events;
-mod faults;
-mod live_health;
 mod manifests;
 mod monitoring;
-mod playground_webhooks;
 mod properties;
-mod races;
-mod readiness;
 mod scale;
-mod security;
 mod serve_cli;
 mod status_cli;
-mod status_publish;
-mod tls_reload;
-mod webhook;
 mod webhook_load;

@@ -405,11 +405,11 @@ async fn a_missing_kubeconfig_says_what_to_do() {
         &[
             (
                 "tls.crt",
-                include_str!("../../crates/pki/src/testdata/capi-etcd-ca.crt"),
+                include_str!("../../../pki/src/testdata/capi-etcd-ca.crt"),
             ),
             (
                 "tls.key",
-                include_str!("../../crates/pki/src/testdata/capi-etcd-ca.key"),
+                include_str!("../../../pki/src/testdata/capi-etcd-ca.key"),
             ),
         ],
     ))
