@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use quorumguard::engine::{EtcdState, Health};
-use quorumguard::server::{self, Running};
+use quorumguard_cli::server::{self, Running};
+use quorumguard_engine::{EtcdState, Health};
 use serde_json::json;
 use testkit::apiserver::ApiServer;
 use testkit::etcd::EtcdCluster;
@@ -38,7 +38,7 @@ fn healthy_members(running: &Running) -> Option<usize> {
 }
 
 /// The members the webhook's state holds for cluster `test`, if it has a member list.
-fn observed(running: &Running) -> Option<Vec<quorumguard::engine::Member>> {
+fn observed(running: &Running) -> Option<Vec<quorumguard_engine::Member>> {
     match running
         .state
         .control_plane(NS, "test-controlplane", Instant::now())

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumguard::engine::Policy;
-use quorumguard::server::{self, Running, ServeConfig};
+use quorumguard_cli::server::{self, Running, ServeConfig};
+use quorumguard_engine::Policy;
 use serde_json::{Value, json};
 use testkit::apiserver::{ApiServer, kcp_resource};
 use testkit::https::{STEP, TempDir, TestPki, get_plain, post};
