@@ -1,8 +1,8 @@
 //! The webhook deciding on live etcd health: a real 3-member etcd cluster with TLS on loopback,
 //! the API-server stand-in holding the Cluster, KCP, Machines and the `<cluster>-etcd` CA Secret,
 //! and `serve` with its prober sweeping (the direct transport, chosen in the sweep config since
-//! the default is port-forward, via the Cluster's endpoints annotation; tests/it/etcd_portforward.rs
-//! covers port-forward).
+//! the default is port-forward, via the Cluster's endpoints annotation;
+//! crates/observe/tests/it/etcd_portforward.rs covers port-forward).
 //! Freeze a member and a deletion that needs it is denied within a probe interval; thaw it and
 //! the same request is allowed again.
 

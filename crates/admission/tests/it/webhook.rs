@@ -117,7 +117,7 @@ fn test_config(pki: &TestPki, policy: Policy) -> ServeConfig {
         shutdown_grace: Duration::from_secs(5),
         pod_name: Some("quorumguard-test".into()),
         events: true,
-        // These tests set etcd health themselves; tests/it/live_health.rs probes real etcd.
+        // These tests set etcd health themselves; live_health.rs probes real etcd.
         sweep: None,
         status: None,
     }

@@ -14,9 +14,10 @@
 //!     so, with the time of the last successful probe, and shows no member as healthy.
 //!
 //! Covered elsewhere and not repeated here: a real 409 race on the status write
-//! (tests/it/status_publish.rs), a Lease stolen between rounds and a holder that cannot renew
-//! (tests/it/status_publish.rs), a frozen member without the publisher (tests/it/live_health.rs),
-//! prober behaviour per fault (tests/it/etcd_prober.rs).
+//! (crates/status/tests/it/status_publish.rs), a Lease stolen between rounds and a holder that
+//! cannot renew (crates/status/tests/it/status_publish.rs), a frozen member without the publisher
+//! (crates/admission/tests/it/live_health.rs), prober behaviour per fault
+//! (crates/observe/tests/it/etcd_prober.rs).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

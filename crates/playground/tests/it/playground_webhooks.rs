@@ -4,7 +4,8 @@
 //! serving certificate) to a real `quorumguard serve` on loopback, with real `kube::Client`s
 //! (and `kubectl` when it is on PATH) as the users.
 //!
-//! etcd health is injected into the server's state (as in tests/it/webhook.rs); no sweep runs.
+//! etcd health is injected into the server's state (as in crates/admission/tests/it/webhook.rs);
+//! no sweep runs.
 
 use std::future::Future;
 use std::process::{Command, Output};
