@@ -38,9 +38,13 @@ qg_etcd35_test() {
   cargo test --locked "$@"
   echo "quorumguard: on etcd 3.5.1: cargo test $* took $((SECONDS - started)) s" >&2
 }
-# Each line is one test binary (tests/it/, tests/slow/), its filters naming modules or tests:
-# the tests of one binary run together and overlap while they wait, as in scripts/test.sh.
-qg_etcd35_test --test it -- etcd_prober:: live_health:: status_cli::
+# Each line is one kind of test binary, its filters naming modules or tests: the tests of one
+# binary run together and overlap while they wait, as in scripts/test.sh. `--workspace --test it`
+# runs every crate's `it` binary (crates/<name>/tests/it/, tests/it/) with the features
+# scripts/test.sh built them with, so nothing is compiled again; the filters pick etcd_prober
+# (quorumguard-observe's), live_health (quorumguard-admission's) and status_cli (the root
+# package's), and the other binaries run none of their tests.
+qg_etcd35_test --workspace --test it -- etcd_prober:: live_health:: status_cli::
 qg_etcd35_test --test slow -- \
   playground::upgrade_stuck_is_resolved_by_following_the_next_action \
   playground::unsafe_manual_delete_is_denied_and_remediation_converges \

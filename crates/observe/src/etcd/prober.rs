@@ -19,8 +19,8 @@
 //!   for learner"): the next endpoint answers. etcd-client asks with `linearizable: false`
 //!   (etcd-client 0.21 `ClusterClient::member_list`), which the member asked answers from its
 //!   own view, without a leader: seen on etcd 3.4.23 and 3.5.1 with 2 of 3 members killed
-//!   (tests/it/etcd_prober.rs). `etcdctl member list` of 3.5 and later asks for a linearizable
-//!   list and fails then; that is the dumps' concern (`crate::dumps::etcdctl`). When no endpoint
+//!   (crates/observe/tests/it/etcd_prober.rs). `etcdctl member list` of 3.5 and later asks for a
+//!   linearizable list and fails then; that is the dumps' concern (`crate::dumps::etcdctl`). When no endpoint
 //!   answers, the probe fails naming every endpoint and its error.
 //! - **Health like `etcdctl endpoint health`:** a linearizable `get("health")` (it needs a
 //!   leader and a quorum), plus the member's status: its leader, its raft term and index, and its

@@ -12,11 +12,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumguard::engine::{Confirmation, EtcdState, Health, Member};
-use quorumguard::etcd::TransportKind;
-use quorumguard::etcd::sweep::{Probers, SweepConfig, sweep_once};
-use quorumguard::playground::etcd::ELECTION_TIMEOUT;
-use quorumguard::state::{ClusterState, Kind, watch};
+use quorumguard_engine::{Confirmation, EtcdState, Health, Member};
+use quorumguard_observe::etcd::TransportKind;
+use quorumguard_observe::etcd::sweep::{Probers, SweepConfig, sweep_once};
+use quorumguard_observe::state::{ClusterState, Kind, watch};
+use quorumguard_playground::etcd::ELECTION_TIMEOUT;
 use serde_json::{Value, json};
 use testkit::apiserver::ApiServer;
 use testkit::etcd::EtcdCluster;
@@ -405,11 +405,11 @@ async fn a_missing_kubeconfig_says_what_to_do() {
         &[
             (
                 "tls.crt",
-                include_str!("../../crates/pki/src/testdata/capi-etcd-ca.crt"),
+                include_str!("../../../pki/src/testdata/capi-etcd-ca.crt"),
             ),
             (
                 "tls.key",
-                include_str!("../../crates/pki/src/testdata/capi-etcd-ca.key"),
+                include_str!("../../../pki/src/testdata/capi-etcd-ca.key"),
             ),
         ],
     ))
@@ -563,9 +563,9 @@ async fn tls_server(sans: Vec<rcgen::SanType>) -> TlsServer {
 }
 
 /// Why the member list failed at the one endpoint asked.
-async fn member_list_error(prober: &quorumguard::etcd::Prober, url: &str) -> String {
+async fn member_list_error(prober: &quorumguard_observe::etcd::Prober, url: &str) -> String {
     match prober.probe(&[url.to_string()], DEADLINE).await {
-        Err(quorumguard::etcd::ProbeError::MemberList { attempts }) => {
+        Err(quorumguard_observe::etcd::ProbeError::MemberList { attempts }) => {
             assert_eq!(attempts.len(), 1);
             attempts[0].error.clone()
         }
@@ -580,7 +580,7 @@ async fn member_list_error(prober: &quorumguard::etcd::Prober, url: &str) -> Str
 /// direct transport verifies the URL's host as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn port_forwarded_members_are_verified_as_localhost() {
-    use quorumguard::etcd::{ClientTls, PortForward, Prober, Transport};
+    use quorumguard_observe::etcd::{ClientTls, PortForward, Prober, Transport};
     use rcgen::SanType;
 
     let ip_only = tls_server(vec![SanType::IpAddress([127, 0, 0, 1].into())]).await;

@@ -9,14 +9,14 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use quorumguard::engine::model::{
+use quorumguard_engine::model::{
     Alarm, Cluster, ControlPlane, DEFAULT_KCP_CONTROLLER, EtcdSnapshot, EtcdState, EtcdTopology,
     Health, HealthCheck, HealthChecks, Kcp, Machine, Member, Policy, Requester,
 };
-use quorumguard::engine::quorum::Tally;
-use quorumguard::engine::{ActionCode, Operation, Reason, decide, next_action};
-use quorumguard::etcd::certs::sign_client_cert;
-use quorumguard::etcd::{ClientTls, Probe, ProbeError, Prober, probe};
+use quorumguard_engine::quorum::Tally;
+use quorumguard_engine::{ActionCode, Operation, Reason, decide, next_action};
+use quorumguard_observe::etcd::certs::sign_client_cert;
+use quorumguard_observe::etcd::{ClientTls, Probe, ProbeError, Prober, probe};
 use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
 use testkit::etcd::EtcdCluster;
 
@@ -927,7 +927,7 @@ fn client_certificates_from_the_cluster_ca_are_accepted_and_others_refused() {
 #[test]
 fn quorum_lost_shows_each_members_version_and_what_each_member_list_does() {
     let version = testkit::etcd::version().to_string();
-    let parsed = quorumguard::engine::etcd_version::EtcdVersion::parse(&version)
+    let parsed = quorumguard_engine::etcd_version::EtcdVersion::parse(&version)
         .unwrap_or_else(|| panic!("etcd version {version:?}"));
     let mut cluster = EtcdCluster::start(3);
     let rt = testkit::etcd::runtime();
@@ -960,7 +960,7 @@ fn quorum_lost_shows_each_members_version_and_what_each_member_list_does() {
         assert!(e.contains("context deadline exceeded"), "{e}");
         // Its output, as a member list dump taken with `2>&1` holds it, reads as a failure.
         assert_eq!(
-            quorumguard::dumps::etcdctl::failed_member_list(&e).as_deref(),
+            quorumguard_observe::dumps::etcdctl::failed_member_list(&e).as_deref(),
             Some("etcdctl failed: \"context deadline exceeded\""),
             "{e}"
         );

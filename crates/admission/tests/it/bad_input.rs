@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
-use quorumguard::server::Running;
+use quorumguard_cli::server::Running;
 use serde_json::{Value, json};
 use testkit::apiserver::ApiServer;
 use testkit::https::{TempDir, TestPki, connect, post, send};

@@ -14,18 +14,19 @@
 //!     so, with the time of the last successful probe, and shows no member as healthy.
 //!
 //! Covered elsewhere and not repeated here: a real 409 race on the status write
-//! (tests/it/status_publish.rs), a Lease stolen between rounds and a holder that cannot renew
-//! (tests/it/status_publish.rs), a frozen member without the publisher (tests/it/live_health.rs),
-//! prober behaviour per fault (tests/it/etcd_prober.rs).
+//! (crates/status/tests/it/status_publish.rs), a Lease stolen between rounds and a holder that
+//! cannot renew (crates/status/tests/it/status_publish.rs), a frozen member without the publisher
+//! (crates/admission/tests/it/live_health.rs), prober behaviour per fault
+//! (crates/observe/tests/it/etcd_prober.rs).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumguard::lease::LeaseConfig;
-use quorumguard::server::{self, Running, StatusConfig};
-use quorumguard::status::publish::PublishConfig;
+use quorumguard_cli::server::{self, Running, StatusConfig};
+use quorumguard_status::lease::LeaseConfig;
+use quorumguard_status::publish::PublishConfig;
 use rustls::ClientConfig;
 use serde_json::{Value, json};
 use testkit::apiserver::{ApiServer, kcp_resource};
@@ -385,7 +386,7 @@ async fn all_members_unreachable_is_health_unknown_until_they_answer() {
     let load = g.load();
     assert_eq!(g.delete(0, JANE).await.reason, "BelowDesiredReplicas");
     assert_eq!(g.delete(0, KCP_CONTROLLER).await.reason, "QuorumSafe");
-    let before = quorumguard::unix_now();
+    let before = quorumguard_observe::unix_now();
 
     for i in 0..3 {
         g.etcd.freeze(i);
@@ -432,7 +433,7 @@ async fn all_members_unreachable_is_health_unknown_until_they_answer() {
     let at: k8s_openapi::jiff::Timestamp = at.parse().expect("an RFC 3339 time");
     // Within a second of freezing (the last good probe came just before or at it).
     assert!(
-        (before - 2..=quorumguard::unix_now()).contains(&at.as_second()),
+        (before - 2..=quorumguard_observe::unix_now()).contains(&at.as_second()),
         "last successful probe at {at}, froze at {before}"
     );
     for m in &g.members {

@@ -4,7 +4,8 @@
 //! serving certificate) to a real `quorumguard serve` on loopback, with real `kube::Client`s
 //! (and `kubectl` when it is on PATH) as the users.
 //!
-//! etcd health is injected into the server's state (as in tests/it/webhook.rs); no sweep runs.
+//! etcd health is injected into the server's state (as in crates/admission/tests/it/webhook.rs);
+//! no sweep runs.
 
 use std::future::Future;
 use std::process::{Command, Output};
@@ -13,13 +14,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::core::{DynamicObject, Status};
-use quorumguard::certs::Ca;
-use quorumguard::engine::Policy;
-use quorumguard::playground::apiserver::{AdmissionVerdict, Operation};
-use quorumguard::playground::webhooks::{
+use quorumguard_cli::server::{self, Running, ServeConfig};
+use quorumguard_engine::Policy;
+use quorumguard_pki::certs::Ca;
+use quorumguard_playground::apiserver::{AdmissionVerdict, Operation};
+use quorumguard_playground::webhooks::{
     MANIFEST, SERVICE_DNS_NAME, WebhookCall, WebhookDispatcher, WebhookTarget, review_request,
 };
-use quorumguard::server::{self, Running, ServeConfig};
 use serde_json::json;
 use testkit::apiserver::{ApiServer, kcp_resource, machine_resource};
 use testkit::https::{STEP, TempDir};

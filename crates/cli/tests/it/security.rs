@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
-use quorumguard::playground::world::{World, WorldOptions};
+use quorumguard_playground::world::{World, WorldOptions};
 use serde_json::{Value, json};
 use testkit::https::{STEP, TempDir, TestPki, get_plain, send};
 use testkit::logs::{capture, logged};
@@ -253,7 +253,7 @@ async fn metric(admin: SocketAddr, name: &str) -> Option<f64> {
 }
 
 fn unix(t: SystemTime) -> i64 {
-    quorumguard::certs::unix_secs(t)
+    quorumguard_pki::certs::unix_secs(t)
 }
 
 /// Starts the webhook with a serving certificate valid from `not_before` to `not_after`, checks

@@ -11,9 +11,9 @@
 
 use std::time::{Duration, Instant};
 
-use quorumguard::lease::LeaseConfig;
-use quorumguard::server::{self, Running, ServeConfig, StatusConfig};
-use quorumguard::status::publish::PublishConfig;
+use quorumguard_cli::server::{self, Running, ServeConfig, StatusConfig};
+use quorumguard_status::lease::LeaseConfig;
+use quorumguard_status::publish::PublishConfig;
 use serde_json::{Value, json};
 use testkit::apiserver::{ApiServer, kcp_resource};
 use testkit::etcd::EtcdCluster;
@@ -390,7 +390,7 @@ async fn only_the_lease_holder_writes() {
                     .control_plane(NS, KCP, Instant::now())
                     .ok()
                     .is_some_and(|cp| match cp.etcd {
-                        quorumguard::engine::EtcdState::Observed(s) => {
+                        quorumguard_engine::EtcdState::Observed(s) => {
                             s.members.iter().any(|m| !m.health.is_healthy())
                         }
                         _ => false,
@@ -441,7 +441,7 @@ async fn only_the_lease_holder_writes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_that_cannot_renew_stops_before_the_lease_expires() {
-    use quorumguard::lease::{Elector, Leadership};
+    use quorumguard_status::lease::{Elector, Leadership};
     let api = ApiServer::start().await.expect("stand-in");
     let client = kube::Client::try_from(api.kubeconfig_as("replica-a")).expect("client");
     let leadership = Leadership::new();

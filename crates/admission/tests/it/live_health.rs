@@ -1,15 +1,15 @@
 //! The webhook deciding on live etcd health: a real 3-member etcd cluster with TLS on loopback,
 //! the API-server stand-in holding the Cluster, KCP, Machines and the `<cluster>-etcd` CA Secret,
 //! and `serve` with its prober sweeping (the direct transport, chosen in the sweep config since
-//! the default is port-forward, via the Cluster's endpoints annotation; tests/it/etcd_portforward.rs
-//! covers port-forward).
+//! the default is port-forward, via the Cluster's endpoints annotation;
+//! crates/observe/tests/it/etcd_portforward.rs covers port-forward).
 //! Freeze a member and a deletion that needs it is denied within a probe interval; thaw it and
 //! the same request is allowed again.
 
 use std::time::{Duration, Instant};
 
-use quorumguard::engine::{EtcdState, Health};
-use quorumguard::server::{self, Running};
+use quorumguard_cli::server::{self, Running};
+use quorumguard_engine::{EtcdState, Health};
 use serde_json::json;
 use testkit::apiserver::ApiServer;
 use testkit::etcd::EtcdCluster;
@@ -38,7 +38,7 @@ fn healthy_members(running: &Running) -> Option<usize> {
 }
 
 /// The members the webhook's state holds for cluster `test`, if it has a member list.
-fn observed(running: &Running) -> Option<Vec<quorumguard::engine::Member>> {
+fn observed(running: &Running) -> Option<Vec<quorumguard_engine::Member>> {
     match running
         .state
         .control_plane(NS, "test-controlplane", Instant::now())

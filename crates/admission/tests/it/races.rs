@@ -21,8 +21,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumguard::engine::{EtcdState, Health};
-use quorumguard::server::{self, Running};
+use quorumguard_cli::server::{self, Running};
+use quorumguard_engine::{EtcdState, Health};
 use serde_json::json;
 use testkit::apiserver::{ApiServer, kcp_resource, machine_resource};
 use testkit::etcd::EtcdCluster;

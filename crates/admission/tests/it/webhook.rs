@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumguard::engine::Policy;
-use quorumguard::server::{self, Running, ServeConfig};
+use quorumguard_cli::server::{self, Running, ServeConfig};
+use quorumguard_engine::Policy;
 use serde_json::{Value, json};
 use testkit::apiserver::{ApiServer, kcp_resource};
 use testkit::https::{STEP, TempDir, TestPki, get_plain, post};
@@ -117,7 +117,7 @@ fn test_config(pki: &TestPki, policy: Policy) -> ServeConfig {
         shutdown_grace: Duration::from_secs(5),
         pod_name: Some("quorumguard-test".into()),
         events: true,
-        // These tests set etcd health themselves; tests/it/live_health.rs probes real etcd.
+        // These tests set etcd health themselves; live_health.rs probes real etcd.
         sweep: None,
         status: None,
     }

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use quorumguard::tls::ClientAuth;
+use quorumguard_pki::tls::ClientAuth;
 use rustls::ClientConfig;
 use testkit::guard::{MACHINES, delete_review, review};
 use testkit::https::{ClientCa, ClientCert, STEP, TempDir, TestPki, get_plain};

@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use quorumguard::engine::{EtcdState, Health};
-use quorumguard::etcd::sweep::SweepConfig;
-use quorumguard::server::{self, Running, ServeConfig};
+use quorumguard_cli::server::{self, Running, ServeConfig};
+use quorumguard_engine::{EtcdState, Health};
+use quorumguard_observe::etcd::sweep::SweepConfig;
 use serde_json::json;
 use testkit::apiserver::ApiServer;
 use testkit::etcd::EtcdCluster;

@@ -17,7 +17,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quorumguard::server::Running;
+use quorumguard_cli::server::Running;
 use serde_json::{Value, json};
 use testkit::apiserver::{AdmissionAttempt, AdmissionVerdict, ApiServer, Operation};
 use testkit::guard::{self, KCPS, MACHINES, delete_review, replicas_review, review};
@@ -167,7 +167,7 @@ impl Guard {
         let seen = watch_events(&api);
         let dir = TempDir::new("events");
         let pki = TestPki::new(dir.path());
-        let config = quorumguard::server::ServeConfig {
+        let config = quorumguard_cli::server::ServeConfig {
             pod_name: Some("quorumguard-test".into()),
             events: true,
             ..guard::config(&pki, Duration::from_secs(5))

@@ -20,7 +20,7 @@ use axum_server::{Handle, tls_rustls::RustlsConfig};
 use http_body_util::{BodyExt, Empty};
 use hyper::{Request, StatusCode, body::Bytes};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use quorumguard::tls::{self, TlsError};
+use quorumguard_pki::tls::{self, TlsError};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SerialNumber,
