@@ -131,8 +131,29 @@ fn copy_tree(from: &Path, to: &Path) {
 /// Recreates the build stage's context: every `COPY <src>... <dest>` (relative to `WORKDIR`)
 /// of the repository into `dir`. Panics on a COPY this test cannot follow.
 fn recreate_copy_set(dir: &Path) {
-    for i in build_stage() {
-        let (kw, rest) = split(&i);
+    for (sources, dest) in copies(&build_stage()) {
+        for src in &sources {
+            let from = root().join(src);
+            assert!(
+                from.exists(),
+                "the Dockerfile copies {src}, which does not exist"
+            );
+            let to = if dest.ends_with('/') && !from.is_dir() {
+                dir.join(&dest).join(src)
+            } else {
+                dir.join(&dest)
+            };
+            copy_tree(&from, &to);
+        }
+    }
+}
+
+/// Every `COPY <src>... <dest>` of `stage`: its sources and its destination. Panics on a COPY
+/// this test cannot follow (flags, no destination).
+fn copies(stage: &[String]) -> Vec<(Vec<String>, String)> {
+    let mut out = Vec::new();
+    for i in stage {
+        let (kw, rest) = split(i);
         if kw != "COPY" {
             continue;
         }
@@ -140,22 +161,11 @@ fn recreate_copy_set(dir: &Path) {
             !rest.starts_with("--"),
             "COPY flags are not followed by this test: {i}"
         );
-        let words: Vec<&str> = rest.split_whitespace().collect();
+        let words: Vec<String> = rest.split_whitespace().map(str::to_string).collect();
         let (dest, sources) = words.split_last().expect("COPY has a destination");
-        for src in sources {
-            let from = root().join(src);
-            assert!(
-                from.exists(),
-                "the Dockerfile copies {src}, which does not exist"
-            );
-            let to = if dest.ends_with('/') && !from.is_dir() {
-                dir.join(dest).join(src)
-            } else {
-                dir.join(dest)
-            };
-            copy_tree(&from, &to);
-        }
+        out.push((sources.to_vec(), dest.clone()));
     }
+    out
 }
 
 /// The `cargo build` of the build stage, as words.
@@ -253,7 +263,10 @@ fn the_build_stage_copies_a_workspace_that_cargo_accepts_and_checks() {
         read.iter().any(|f| f.ends_with("src/main.rs")),
         "the check's dep-info names the binary's own source: {read:?}"
     );
-    let sources = copy_sources(&build_stage());
+    let sources: Vec<PathBuf> = copies(&build_stage())
+        .into_iter()
+        .flat_map(|(sources, _)| sources.into_iter().map(PathBuf::from))
+        .collect();
     let mut outside: Vec<_> = read
         .iter()
         // rustc names the workspace's files relative to its root, others absolute; an
@@ -281,22 +294,6 @@ fn lexically_normal(path: &Path) -> PathBuf {
                 out.pop();
             }
             other => out.push(other),
-        }
-    }
-    out
-}
-
-/// The sources of every `COPY` of the stage (relative to the repository).
-fn copy_sources(stage: &[String]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for i in stage {
-        let (kw, rest) = split(i);
-        if kw != "COPY" {
-            continue;
-        }
-        let words: Vec<&str> = rest.split_whitespace().collect();
-        if let Some((_, sources)) = words.split_last() {
-            out.extend(sources.iter().map(PathBuf::from));
         }
     }
     out
