@@ -20,6 +20,8 @@
 #   live_health       the webhook on live health and fresh probes (an allow rests on answers
 #                     etcd gave after the request arrived)
 #   status_cli        `quorumguard status` shows each member's version
+#   budgets (etcd)    the etcd requests of a probe, a sweep and a fresh probe, as etcd counts
+#                     them (docs/development.md, "Budgets"): 3 s
 #   playground        the stories (KCP, kubeadm's joins, remediation on real etcd) and
 #                     preflight's prediction against what happened, for the starting states where
 #                     etcd's answers decide (a member frozen or killed, learners)
@@ -59,7 +61,8 @@ qg_etcd35_test --workspace --test slow -- \
   playground::prediction::prediction_learner_never_promoted >"$slow_log" 2>&1 &
 slow_pid=$!
 set +e
-qg_etcd35_test --workspace --test it -- etcd_prober:: live_health:: status_cli::
+qg_etcd35_test --workspace --test it -- etcd_prober:: live_health:: status_cli:: \
+  budgets::budget_etcd_and_api_requests_per_probe_sweep_and_fresh_probe
 it=$?
 wait "$slow_pid"
 slow=$?

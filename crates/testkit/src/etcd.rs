@@ -15,8 +15,14 @@
 //!   [`quorumguard::playground::etcd::program`]. [`version`] is its version, for tests whose
 //!   expectation follows it.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+
+use http_body_util::Full;
+use hyper::Request;
+use hyper::body::Bytes;
 
 use quorumguard::etcd::ClientTls;
 use quorumguard::playground::etcd as lib;
@@ -136,6 +142,51 @@ impl EtcdCluster {
         self.inner
             .client_tls()
             .expect("sign a client certificate with the test CA")
+    }
+
+    /// The gRPC requests the members have received so far, by method (`MemberList`, `Status`,
+    /// `Range`, `Alarm`, ...): etcd's own `grpc_server_started_total`, summed over the members,
+    /// read from each member's `/metrics` on its client URL (TLS with a client certificate, as
+    /// the prober connects; reading it is HTTP, not gRPC, so it counts nothing itself). What the
+    /// etcd request budgets count ([`crate::budgets`]): etcd's count, not the prober's. Panics
+    /// when a member does not answer (a frozen one).
+    pub async fn grpc_requests(&self) -> BTreeMap<String, u64> {
+        let tls = self.client_tls().config();
+        let mut out = BTreeMap::new();
+        for i in 0..self.len() {
+            let url = self.client_url(i);
+            let addr: SocketAddr = url
+                .trim_start_matches("https://")
+                .parse()
+                .unwrap_or_else(|e| panic!("member #{i}'s client URL {url}: {e}"));
+            // An absolute URI: etcd's HTTP/2 server refuses a request without `:scheme`.
+            let request = Request::get(format!("https://localhost:{}/metrics", addr.port()))
+                .body(Full::new(Bytes::new()))
+                .expect("request");
+            let (status, body) = crate::https::send(addr, tls.clone(), request)
+                .await
+                .unwrap_or_else(|e| panic!("GET {url}/metrics: {e}"));
+            assert!(status.is_success(), "GET {url}/metrics answered {status}");
+            for line in String::from_utf8_lossy(&body).lines() {
+                let Some((labels, value)) = line
+                    .strip_prefix("grpc_server_started_total{")
+                    .and_then(|l| l.split_once("} "))
+                else {
+                    continue;
+                };
+                let method = labels
+                    .split("grpc_method=\"")
+                    .nth(1)
+                    .and_then(|m| m.split('"').next())
+                    .unwrap_or("?");
+                let n: f64 = value
+                    .trim()
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{url}/metrics: {line:?}: {e}"));
+                *out.entry(method.to_string()).or_insert(0) += n as u64;
+            }
+        }
+        out
     }
 
     /// Freezes member `i` (SIGSTOP): alive, its ports open, answering nothing.

@@ -5,6 +5,8 @@
 //!
 //! What is here, one module per fixture:
 //!
+//! - [`budgets`]: the budgets CI holds (allocations, copies of cached objects, etcd and API
+//!   requests per review, probe and sweep), counted, never timed, and the counting allocator;
 //! - [`etcd`]: real etcd clusters on 127.0.0.1 with TLS, at most one per test process at a time
 //!   (a slot: the machines are 2-core and etcd's election timeout must not be starved), failing
 //!   the test on every error and printing the members' logs when it panics;
@@ -28,6 +30,7 @@
 //! - [`paths`]: where the repository, the `quorumguard` binary and the target's scratch
 //!   directory are.
 
+pub mod budgets;
 pub mod envtest;
 pub mod etcd;
 pub mod fuzz;
