@@ -283,11 +283,16 @@ impl EtcdActor {
         };
         let started = Instant::now();
         let until = started + self.deadline;
+        // The transport's own failure, when it knows one (the API server refused the
+        // port-forward: "pods \"etcd-x\" not found"), says more than what the client saw.
         let connect = |error: String| ActError::Connect {
             call,
             member: name.clone(),
             endpoint: endpoint.clone(),
-            error,
+            error: self
+                .transport
+                .forward_error(&endpoint, started.into_std())
+                .unwrap_or(error),
         };
         let timeout = |sent: bool| ActError::Timeout {
             call,

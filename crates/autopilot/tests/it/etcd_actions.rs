@@ -254,3 +254,62 @@ fn a_call_to_a_frozen_member_ends_within_its_deadline_and_says_so() {
         "{text}"
     );
 }
+
+/// The same calls through the workload API server (port-forward to pod `etcd-<member>`, the
+/// production default transport): each member's own status, a defragmentation of one of them,
+/// and a member that has no pod failing with the port-forward's own error.
+#[test]
+fn calls_reach_each_member_through_port_forward() {
+    use quorumguard_observe::etcd::PortForward;
+    use testkit::apiserver::ApiServer;
+
+    let cluster = EtcdCluster::start(3);
+    let rt = testkit::etcd::runtime();
+    let (transport, _workload) = rt.block_on(async {
+        let workload = ApiServer::start().await.expect("workload stand-in");
+        for i in 0..cluster.len() {
+            let addr = cluster
+                .client_url(i)
+                .trim_start_matches("https://")
+                .parse()
+                .expect("a loopback address");
+            workload.forward_pod("kube-system", &format!("etcd-{}", cluster.name(i)), addr);
+        }
+        let client = workload
+            .client()
+            .expect("a client of the workload stand-in");
+        let pf = PortForward::new(client, workload.url());
+        (Transport::port_forward(pf), workload)
+    });
+    let names: Vec<String> = (0..cluster.len())
+        .map(|i| cluster.name(i).to_string())
+        .collect();
+    // The loopback listeners run on the runtime.
+    let _in_runtime = rt.enter();
+    let endpoints = transport
+        .list_endpoints(None, &[], &names)
+        .expect("a listener per pod");
+    let prober = Prober::with_transport(cluster.client_tls(), transport.clone());
+    let p = rt
+        .block_on(prober.probe(&endpoints, DEADLINE))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.members.len(), 3, "{p:?}");
+    let actor = EtcdActor::new(cluster.client_tls(), transport, DEADLINE);
+    for m in &p.members {
+        let s = rt
+            .block_on(actor.status(m))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.id, m.id, "{} answered as another member: {s:?}", m.name);
+    }
+    let follower = p.members.iter().find(|m| !m.is_leader).expect("a follower");
+    rt.block_on(actor.defragment(follower))
+        .unwrap_or_else(|e| panic!("{e}"));
+    // A member whose pod the workload API server does not know: its 404, not "connection
+    // closed".
+    let mut ghost = follower.clone();
+    ghost.name = "ghost".into();
+    let err = rt
+        .block_on(actor.status(&ghost))
+        .expect_err("no pod etcd-ghost");
+    assert!(err.to_string().contains("etcd-ghost"), "{err}");
+}
