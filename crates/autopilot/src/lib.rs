@@ -11,10 +11,15 @@
 //!   remove a member, compact, defragment one member, move the leadership, disarm NOSPACE, and
 //!   one member's status between steps), each on one member under one deadline, over the
 //!   transport the prober uses for that cluster (direct or port-forward).
+//! - [`machines`]: the Machine deletion of the #2651 state, as the autopilot's own identity
+//!   through the API server (and so through quorumguard's webhook), only of the object proven
+//!   (UID and resourceVersion preconditions).
 //!
 //! Not here yet: the loop that asks the engine and acts (Lease holder only), its flags, Events
-//! and metrics, and the Machine deletion of the #2651 state.
+//! and metrics.
 
 pub mod etcd;
+pub mod machines;
 
 pub use etcd::{ActError, Call, EtcdActor, MemberState};
+pub use machines::{DeleteError, Deleted, MachineRef, delete_machine};

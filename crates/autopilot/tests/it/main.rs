@@ -3,3 +3,4 @@
 //! subject: `cargo test -p quorumguard-autopilot --test it etcd_actions::`.
 
 mod etcd_actions;
+mod machine_deletion;
