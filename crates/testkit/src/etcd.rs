@@ -16,9 +16,13 @@
 //!   expectation follows it.
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use http_body_util::Full;
 use hyper::Request;
@@ -30,7 +34,67 @@ pub use quorumguard::playground::etcd::{
     EXIT_WAIT, EtcdError, EtcdOptions, ListedMember, Pki, RECONFIG_WAIT, START_WAIT,
 };
 
-static SLOT: Mutex<()> = Mutex::new(());
+/// How many etcd clusters (or busy computations) the machine runs at once across every test
+/// process: `QUORUMGUARD_TEST_SLOTS`, else 2 (one per core: what the 2-core CI machine held
+/// before the slots were shared, when each of the two lanes had a slot of its own).
+pub const SLOTS: usize = 2;
+
+/// How long a test waits for a slot before it fails saying so (the whole suite's slowest lane
+/// is ~10 minutes: a wait this long means a slot is held by a process that hangs).
+const SLOT_WAIT: Duration = Duration::from_secs(40 * 60);
+
+/// One of the machine's slots: an exclusive `flock` on one of the lock files in
+/// `$TMPDIR/quorumguard-test-slots/`, released when dropped or when its process ends however it
+/// ends (the kernel drops the lock with the file), so a crashed test never keeps a slot.
+#[must_use = "the slot is released when dropped"]
+pub struct Slot {
+    _file: File,
+}
+
+fn slot_count() -> usize {
+    std::env::var("QUORUMGUARD_TEST_SLOTS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(SLOTS)
+}
+
+fn slot_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join("quorumguard-test-slots");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    dir
+}
+
+/// Takes a free slot, waiting (polling every 100 ms, at most [`SLOT_WAIT`]) while every one is
+/// held.
+fn take_slot() -> Slot {
+    let dir = slot_dir();
+    let n = slot_count();
+    let started = Instant::now();
+    loop {
+        for i in 0..n {
+            let path = dir.join(format!("slot-{i}"));
+            let file = File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+            // SAFETY: flock on a file descriptor this function owns; no memory is shared.
+            let taken =
+                unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+            if taken {
+                return Slot { _file: file };
+            }
+        }
+        assert!(
+            started.elapsed() < SLOT_WAIT,
+            "waited {SLOT_WAIT:?} for one of the {n} test slots in {}: is a test process hanging?",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
 
 /// The version of the etcd the tests run (`3.4.23`, `3.5.1`): what every member's status
 /// reports. Panics when `etcd --version` cannot say.
@@ -59,16 +123,16 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-/// The slot itself, for tests that start etcd through the library (the playground's world):
-/// hold it while that cluster runs.
-pub fn slot() -> MutexGuard<'static, ()> {
-    SLOT.lock().unwrap_or_else(PoisonError::into_inner)
+/// A slot, for tests that start etcd through the library (the playground's world): hold it
+/// while that cluster runs.
+pub fn slot() -> Slot {
+    take_slot()
 }
 
 /// For a test that keeps the cores busy (a model check, thousands of property cases, a cargo
-/// build): it holds the slot while it computes, so it runs while no etcd cluster of this process
-/// does and starves no cluster's election timeout (the tests of one binary run at once).
-pub fn busy() -> MutexGuard<'static, ()> {
+/// build): it holds a slot while it computes, so it shares the machine with at most one etcd
+/// cluster and starves no cluster's election timeout (the tests of one binary run at once).
+pub fn busy() -> Slot {
     slot()
 }
 
@@ -76,7 +140,7 @@ pub fn busy() -> MutexGuard<'static, ()> {
 pub struct EtcdCluster {
     // Dropped first (every member killed), then the slot is released.
     inner: lib::EtcdCluster,
-    _slot: MutexGuard<'static, ()>,
+    _slot: Slot,
 }
 
 impl Deref for EtcdCluster {
@@ -106,7 +170,7 @@ impl EtcdCluster {
             (1..=4).contains(&n),
             "1 to 4 members (2-core machines), not {n}"
         );
-        let slot = SLOT.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = take_slot();
         let options = EtcdOptions {
             flags: flags.iter().map(|f| f.to_string()).collect(),
             keep_dir: std::env::var_os("QG_KEEP_ETCD").is_some(),

@@ -1,0 +1,25 @@
+//! quorumguard's autopilot, the acting side (issue 38; docs/architecture.md): it carries out
+//! the one next action quorumguard publishes for a control plane, when the engine has proven it
+//! safe on a probe taken just before, one action at a time and only where the operator opted in.
+//!
+//! The decision that an action is safe now is the engine's (beside the next action it carries
+//! out); this crate does the I/O an action is made of, on top of what the guard already knows
+//! (`quorumguard-observe`): the webhook and the status writer stay as they are.
+//!
+//! What is here:
+//! - [`etcd`]: [`EtcdActor`], the etcd calls the actions are made of (promote a learner,
+//!   remove a member, compact, defragment one member, move the leadership, disarm NOSPACE, and
+//!   one member's status between steps), each on one member under one deadline, over the
+//!   transport the prober uses for that cluster (direct or port-forward).
+//! - [`machines`]: the Machine deletion of the #2651 state, as the autopilot's own identity
+//!   through the API server (and so through quorumguard's webhook), only of the object proven
+//!   (UID and resourceVersion preconditions).
+//!
+//! Not here yet: the loop that asks the engine and acts (Lease holder only), its flags, Events
+//! and metrics.
+
+pub mod etcd;
+pub mod machines;
+
+pub use etcd::{ActError, Call, EtcdActor, MemberState};
+pub use machines::{DeleteError, Deleted, MachineRef, delete_machine};
