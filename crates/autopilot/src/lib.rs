@@ -15,11 +15,16 @@
 //!   through the API server (and so through quorumguard's webhook), only of the object proven
 //!   (UID and resourceVersion preconditions).
 //!
+//! - [`execute`]: one step the engine proved safe, as those calls on the members of the fresh
+//!   probe it was proven on ([`plan`], pure) and made ([`execute()`]).
+//!
 //! Not here yet: the loop that asks the engine and acts (Lease holder only), its flags, Events
 //! and metrics.
 
 pub mod etcd;
+pub mod execute;
 pub mod machines;
 
 pub use etcd::{ActError, Call, EtcdActor, MemberState};
+pub use execute::{Done, ExecError, Plan, Planned, execute, plan};
 pub use machines::{DeleteError, Deleted, MachineRef, delete_machine};
