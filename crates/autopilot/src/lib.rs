@@ -15,11 +15,22 @@
 //!   through the API server (and so through quorumguard's webhook), only of the object proven
 //!   (UID and resourceVersion preconditions).
 //!
-//! Not here yet: the loop that asks the engine and acts (Lease holder only), its flags, Events
-//! and metrics.
+//! - [`execute`]: one step the engine proved safe, as those calls on the members of the fresh
+//!   probe it was proven on ([`plan`], pure) and made ([`execute()`]).
+//!
+//! - [`pilot`]: one control plane's turn after a sweep: the step in flight re-proven, the
+//!   engine asked on a probe taken for the turn, the proven step carried out, one cluster at a
+//!   time per cluster and a bounded number across the fleet; a [`Report`] of it.
+//!
+//! Not here yet: the wiring into `serve` (the Lease holder's turns after each sweep, the flags,
+//! the Events, the metrics and the dry run's words in the NextAction condition).
 
 pub mod etcd;
+pub mod execute;
 pub mod machines;
+pub mod pilot;
 
 pub use etcd::{ActError, Call, EtcdActor, MemberState};
+pub use execute::{Done, ExecError, Plan, Planned, execute, plan};
 pub use machines::{DeleteError, Deleted, MachineRef, delete_machine};
+pub use pilot::{Did, Pilot, Report, Turn};

@@ -2,6 +2,7 @@
 //! plane, the decisions and the next safe action. Nothing here performs I/O or reads a clock, so
 //! every rule can be tested exhaustively and every entry point (webhook, prober, `check`) agrees.
 
+pub mod autopilot;
 pub mod confirm;
 pub mod decide;
 pub mod etcd_version;

@@ -8,41 +8,16 @@ use std::time::{Duration, Instant};
 use quorumguard_autopilot::{ActError, EtcdActor};
 use quorumguard_engine::model::{Alarm, Member, MemberId};
 use quorumguard_observe::etcd::{Probe, Prober, Transport};
+
+use crate::probe::{SETTLE, probe_until};
 use testkit::etcd::EtcdCluster;
 
 /// Each call's deadline: a defragmentation of a 1 MiB backend takes milliseconds; loaded CI
 /// machines need the margin.
 const DEADLINE: Duration = Duration::from_secs(5);
-/// How long a state the test waits for may take to show in a probe.
-const SETTLE: Duration = Duration::from_secs(30);
 
 fn actor(cluster: &EtcdCluster) -> EtcdActor {
     EtcdActor::new(cluster.client_tls(), Transport::Direct, DEADLINE)
-}
-
-/// Probes until `done` holds (bounded by [`SETTLE`], every 200 ms).
-fn probe_until(
-    rt: &tokio::runtime::Runtime,
-    cluster: &EtcdCluster,
-    what: &str,
-    done: impl Fn(&Probe) -> bool,
-) -> Probe {
-    let prober = Prober::new(cluster.client_tls());
-    let endpoints = cluster.endpoints();
-    let started = Instant::now();
-    loop {
-        let p = rt.block_on(prober.probe(&endpoints, DEADLINE));
-        if let Ok(p) = &p
-            && done(p)
-        {
-            return p.clone();
-        }
-        assert!(
-            started.elapsed() < SETTLE,
-            "not {what} within {SETTLE:?}: {p:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 fn leader(p: &Probe) -> &Member {

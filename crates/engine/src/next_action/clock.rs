@@ -8,7 +8,7 @@ fn secs(d: std::time::Duration) -> i64 {
 
 /// Unix seconds as RFC 3339 (UTC). Absolute times, not ages: a published message that said
 /// "4m ago" would be false a minute later, or rewritten every minute.
-fn at(unix: i64) -> String {
+pub(crate) fn at(unix: i64) -> String {
     let t = u64::try_from(unix).unwrap_or(0);
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t))
         .to_string()

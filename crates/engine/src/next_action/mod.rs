@@ -26,6 +26,7 @@ mod scaling;
 mod teardown;
 
 use clock::Clock;
+pub(crate) use clock::at as rfc3339;
 pub use etcd::FREE_SPACE_COMMAND;
 
 /// Stable codes of the next action (the `reason` of the NextAction condition).
