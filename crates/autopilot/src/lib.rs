@@ -21,6 +21,7 @@
 //! - [`pilot`]: one control plane's turn after a sweep: the step in flight re-proven, the
 //!   engine asked on a probe taken for the turn, the proven step carried out, one cluster at a
 //!   time per cluster and a bounded number across the fleet; a [`Report`] of it.
+//! - [`report`]: what a turn tells: its Events on the KCP and its metrics.
 //!
 //! Not here yet: the wiring into `serve` (the Lease holder's turns after each sweep, the flags,
 //! the Events, the metrics and the dry run's words in the NextAction condition).
@@ -29,8 +30,10 @@ pub mod etcd;
 pub mod execute;
 pub mod machines;
 pub mod pilot;
+pub mod report;
 
 pub use etcd::{ActError, Call, EtcdActor, MemberState};
 pub use execute::{Done, ExecError, Plan, Planned, execute, plan};
 pub use machines::{DeleteError, Deleted, MachineRef, delete_machine};
 pub use pilot::{Did, Pilot, Report, Turn};
+pub use report::{AutopilotMetrics, EventNote};
