@@ -110,7 +110,9 @@ fn main() -> Result<()> {
     paths.extend(rtts.iter().map(|&rtt| Path::PortForward(Some(rtt))));
     println!(
         "load average at the start: {}",
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
     println!(
         "fresh probes: 3 etcd members (TLS, loopback), {reviews} review pairs per row, each review on a new h2 connection; --fresh-probe-timeout {} (probe deadline {})",
@@ -139,7 +141,9 @@ fn main() -> Result<()> {
     }
     println!(
         "load average at the end: {}",
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
     Ok(())
 }
@@ -390,7 +394,11 @@ async fn probe_steps(etcd: &EtcdCluster, path: Path, steps: usize) -> Result<Str
     for _ in 0..steps {
         let p = prober.probe(&endpoints, deadline).await?;
         if p.members.iter().filter(|m| m.health.is_healthy()).count() != 3 {
-            bail!("{}: a probe on kept connections saw {:?}", path.name(), p.members);
+            bail!(
+                "{}: a probe on kept connections saw {:?}",
+                path.name(),
+                p.members
+            );
         }
         took.push(p.took);
         list.push(p.member_list_took);
