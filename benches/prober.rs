@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo bench --bench prober` (needs `etcd`, `etcdctl` and `openssl` on PATH, as the
 //! tests do; `scripts/test.sh` installs them). Settings: `-- --runs 20 --deadline 1s --probers
-//! 300`, or `QG_PROBER_RUNS`, `QG_PROBER_DEADLINE`, `QG_PROBER_PROBERS`.
+//! 300 --pf-probers 100`, or `QG_PROBER_RUNS`, `QG_PROBER_DEADLINE`, `QG_PROBER_PROBERS`,
+//! `QG_PROBER_PF_PROBERS`.
 //!
 //! A probe is what the sweep does for each cluster: the member list, then every member's status
 //! and health in parallel, all under one deadline. "Kept clients" is the sweep's steady state
@@ -17,6 +18,14 @@
 //! cluster. Reported per prober: the growth of the process's RSS and of its live heap (counted by
 //! this binary's allocator), after one probe each and again after a second.
 //!
+//! The same for the port-forward transport (issue 39): `--pf-probers` probers (default 100), each
+//! with its own workload API client reaching the members through port-forward: its three
+//! loopback listeners, three port-forward WebSockets through the workload API server and three TLS
+//! connections to etcd inside them, kept between probes. The workload API-server stand-in runs on a
+//! runtime of its own whose threads this binary's allocator does not count, so the live heap is
+//! quorumguard's alone; the RSS is the process's, so it includes the stand-in's side of every
+//! session (an upper bound).
+//!
 //! Costs of a new cluster (what the first sweep pays per workload cluster, before its first
 //! probe), each the mean of `--costs` runs, one at a time: loading the etcd CA (Cluster API's
 //! shape: RSA 2048, PKCS#1) and signing a client certificate with it, split into the load and
@@ -24,6 +33,7 @@
 //! probe with new clients (3 TCP + TLS + HTTP/2 handshakes) against one with kept clients.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -31,7 +41,8 @@ use anyhow::{Context, Result, bail};
 use quorumguard::certs::Ca;
 use quorumguard::engine::Health;
 use quorumguard::etcd::certs::{CLIENT_CERT_VALIDITY, CLIENT_COMMON_NAME};
-use quorumguard::etcd::{ClientTls, Probe, Prober};
+use quorumguard::etcd::{ClientTls, PortForward, Probe, Prober, Transport};
+use quorumguard::playground::apiserver::ApiServer;
 use quorumguard::playground::etcd::EtcdCluster;
 
 /// The system allocator, counting the bytes live: the heap a kept prober holds, without the
@@ -40,25 +51,42 @@ struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 
+thread_local! {
+    /// Set on the threads of the workload API-server stand-in's runtime: what it allocates is the
+    /// workload cluster's side, not quorumguard's.
+    static UNCOUNTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread's allocations count (a thread being torn down counts).
+fn counted() -> bool {
+    !UNCOUNTED.try_with(Cell::get).unwrap_or(false)
+}
+
 // SAFETY: every call is passed on unchanged to the system allocator; only a counter is added.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        if counted() {
+            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        }
         // SAFETY: the caller's contract, passed on.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        if counted() {
+            LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        }
         // SAFETY: the caller's contract, passed on.
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
+        if counted() {
+            LIVE.fetch_add(
+                new_size as isize - layout.size() as isize,
+                Ordering::Relaxed,
+            );
+        }
         // SAFETY: the caller's contract, passed on.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -82,34 +110,27 @@ struct Memory {
     live: [f64; 2],
 }
 
-/// Makes `n` probers as the sweep does (one per cluster, each with its own client certificate
-/// signed with the etcd CA), probes through each twice, and measures what they hold.
-fn memory(
-    rt: &tokio::runtime::Runtime,
-    cluster: &EtcdCluster,
-    n: usize,
-    deadline: Duration,
-) -> Result<Memory> {
-    let endpoints = cluster.endpoints();
+impl Memory {
+    fn print(&self, title: &str) {
+        println!("\n{title}");
+        println!("{:<24} {:>12} {:>14}", "", "RSS KiB", "live heap KiB");
+        for (i, when) in ["after 1 probe each", "after 2 probes each"]
+            .iter()
+            .enumerate()
+        {
+            println!("{when:<24} {:>12.1} {:>14.1}", self.rss[i], self.live[i]);
+        }
+    }
+}
+
+/// Probes through `n` kept probers twice (`probe(round, i)`, which makes prober `i` in round 0),
+/// and measures what they hold after each round, per prober.
+fn rounds(n: usize, mut probe: impl FnMut(usize, usize) -> Result<()>) -> Result<Memory> {
     let (rss0, live0) = (rss_kib(), live_kib());
-    let mut kept = Vec::with_capacity(n);
     let mut after = [(0.0, 0.0); 2];
     for (round, after) in after.iter_mut().enumerate() {
         for i in 0..n {
-            if round == 0 {
-                let tls = ClientTls::from_etcd_ca(
-                    &cluster.pki.ca_cert_pem,
-                    &cluster.pki.ca_key_pem,
-                    SystemTime::now(),
-                )?;
-                kept.push(Prober::new(tls));
-            }
-            let p = rt
-                .block_on(kept[i].probe(&endpoints, deadline))
-                .with_context(|| format!("prober {i}, probe {}", round + 1))?;
-            if p.members.len() != 3 || kept[i].cached_endpoints().len() != 3 {
-                bail!("prober {i} does not keep 3 clients: {p:?}");
-            }
+            probe(round, i)?;
         }
         *after = (rss_kib() - rss0, live_kib() - live0);
     }
@@ -119,6 +140,100 @@ fn memory(
         rss: [per(after[0].0), per(after[1].0)],
         live: [per(after[0].1), per(after[1].1)],
     })
+}
+
+/// A client certificate of its own, signed with the cluster's etcd CA, as the sweep makes per
+/// cluster.
+fn signed_tls(cluster: &EtcdCluster) -> Result<ClientTls> {
+    Ok(ClientTls::from_etcd_ca(
+        &cluster.pki.ca_cert_pem,
+        &cluster.pki.ca_key_pem,
+        SystemTime::now(),
+    )?)
+}
+
+/// One probe through `prober`, which must keep a client per member.
+fn probe_kept(
+    rt: &tokio::runtime::Runtime,
+    prober: &Prober,
+    endpoints: &[String],
+    deadline: Duration,
+    what: &str,
+) -> Result<()> {
+    let p = rt
+        .block_on(prober.probe(endpoints, deadline))
+        .with_context(|| what.to_string())?;
+    if p.members.len() != 3 || prober.cached_endpoints().len() != 3 {
+        bail!("{what}: the prober does not keep 3 clients: {p:?}");
+    }
+    Ok(())
+}
+
+/// Makes `n` probers as the sweep does (one per cluster, each with its own client certificate
+/// signed with the etcd CA), probes through each twice, and measures what they hold.
+fn memory(
+    rt: &tokio::runtime::Runtime,
+    cluster: &EtcdCluster,
+    n: usize,
+    deadline: Duration,
+) -> Result<Memory> {
+    let endpoints = cluster.endpoints();
+    let mut kept = Vec::with_capacity(n);
+    rounds(n, |round, i| {
+        if round == 0 {
+            kept.push(Prober::new(signed_tls(cluster)?));
+        }
+        let what = format!("prober {i}, probe {}", round + 1);
+        probe_kept(rt, &kept[i], &endpoints, deadline, &what)
+    })
+}
+
+/// [`memory`] for the port-forward transport (see the module's documentation): `n` probers, each
+/// with its own workload API client, through a stand-in whose allocations are not counted.
+fn memory_port_forward(
+    rt: &tokio::runtime::Runtime,
+    cluster: &EtcdCluster,
+    n: usize,
+    deadline: Duration,
+) -> Result<Memory> {
+    let standin = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .on_thread_start(|| UNCOUNTED.with(|c| c.set(true)))
+        .build()?;
+    let workload = standin.block_on(ApiServer::start())?;
+    let mut names = Vec::new();
+    for i in 0..cluster.len() {
+        let name = cluster.name(i).context("member name")?.to_string();
+        let url = cluster.client_url(i).context("member URL")?;
+        let addr = url.trim_start_matches("https://").parse()?;
+        workload.forward_pod("kube-system", &format!("etcd-{name}"), addr);
+        names.push(name);
+    }
+    let yaml = workload.kubeconfig_yaml();
+    // The loopback listeners are made (and their accept tasks spawned) on quorumguard's runtime.
+    let _entered = rt.enter();
+    let mut kept: Vec<(Prober, Vec<String>)> = Vec::with_capacity(n);
+    let memory = rounds(n, |round, i| {
+        if round == 0 {
+            let pf = rt.block_on(PortForward::from_kubeconfig(&yaml, "ns", &format!("c{i}")))?;
+            let prober = Prober::with_transport(signed_tls(cluster)?, Transport::port_forward(pf));
+            let endpoints = prober.transport().list_endpoints(None, &[], &names)?;
+            kept.push((prober, endpoints));
+        }
+        let (prober, endpoints) = &kept[i];
+        let what = format!("port-forward prober {i}, probe {}", round + 1);
+        probe_kept(rt, prober, endpoints, deadline, &what)
+    })?;
+    if workload.open_port_forwards() != 3 * n {
+        bail!(
+            "{n} port-forward probers keep {} sessions open, not {}",
+            workload.open_port_forwards(),
+            3 * n
+        );
+    }
+    drop(kept);
+    Ok(memory)
 }
 
 /// CPU time of this process (user + system, all threads).
@@ -224,6 +339,7 @@ fn main() -> Result<()> {
     };
     let runs: usize = setting("runs").map_or(Ok(20), |v| v.parse())?;
     let probers: usize = setting("probers").map_or(Ok(300), |v| v.parse())?;
+    let pf_probers: usize = setting("pf-probers").map_or(Ok(100), |v| v.parse())?;
     let cost_runs: usize = setting("costs").map_or(Ok(200), |v| v.parse())?;
     let deadline = setting("deadline").map_or(Ok(Duration::from_secs(1)), |v| {
         humantime::parse_duration(&v)
@@ -318,6 +434,7 @@ fn main() -> Result<()> {
     settle()?;
     let cost = costs(&rt, &cluster, cost_runs, deadline)?;
     let mem = memory(&rt, &cluster, probers, deadline)?;
+    let pf_mem = memory_port_forward(&rt, &cluster, pf_probers, deadline)?;
 
     println!(
         "etcd prober: 3-member etcd {} over TLS on 127.0.0.1, {runs} probes each, deadline {}\n",
@@ -352,17 +469,14 @@ fn main() -> Result<()> {
     if missed {
         println!("(a target was missed: see the max column)");
     }
-    println!(
-        "\nmemory per kept prober (3 TLS connections, its own client certificate), {} probers:",
+    mem.print(&format!(
+        "memory per kept prober (3 TLS connections, its own client certificate), {} probers:",
         mem.probers
-    );
-    println!("{:<24} {:>12} {:>14}", "", "RSS KiB", "live heap KiB");
-    for (i, when) in ["after 1 probe each", "after 2 probes each"]
-        .iter()
-        .enumerate()
-    {
-        println!("{when:<24} {:>12.1} {:>14.1}", mem.rss[i], mem.live[i]);
-    }
+    ));
+    pf_mem.print(&format!(
+        "memory per kept port-forward prober (its workload API client, 3 loopback listeners, 3 port-forward WebSockets, 3 TLS connections inside them), {} probers; RSS includes the stand-in's side, the live heap is quorumguard's:",
+        pf_mem.probers
+    ));
     println!(
         "\nwhat a new cluster costs before its first probe, mean of {} runs one at a time (µs):",
         cost.runs

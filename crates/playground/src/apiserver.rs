@@ -96,6 +96,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
@@ -227,6 +228,11 @@ impl ApiServer {
             .with_state(Arc::clone(&shared));
         let task = tokio::spawn(async move {
             // Ends only when the listener fails or the task is aborted.
+            // No Nagle, as kube-apiserver (Go's net package turns it off on every connection):
+            // a port-forward relays small writes that each wait for an answer.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let _ = axum::serve(listener, app).await;
         });
         Ok(Self { shared, task })

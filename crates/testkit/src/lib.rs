@@ -29,7 +29,9 @@
 //!   smoke test);
 //! - [`scale`]: the 1,000-cluster scale run (`benches/scale.rs` and its smoke test);
 //! - [`paths`]: where the repository, the `quorumguard` binary and the target's scratch
-//!   directory are.
+//!   directory are;
+//! - [`wan`]: a delaying TCP relay on loopback, a WAN's round trip between quorumguard and a
+//!   workload API server without root or netem (`benches/fresh_probe.rs`).
 
 pub mod budgets;
 pub mod envtest;
@@ -45,6 +47,7 @@ pub mod paths;
 pub mod reviews;
 pub mod scale;
 pub mod seed;
+pub mod wan;
 pub mod webhook;
 
 /// The API-server stand-in lives in the library (the playground serves it).

@@ -187,16 +187,26 @@ fn etcdctl_leader(etcd: &EtcdCluster) -> u64 {
 
 const PF_PATH: &str = "/api/v1/namespaces/kube-system/pods";
 
+/// A management stand-in holding Cluster `test` without a transport annotation and its
+/// kubeconfig Secret for a workload stand-in relaying to `etcd`, watched into the state: the
+/// management and workload stand-ins, the state and its watches.
+async fn unannotated_cluster(
+    etcd: &EtcdCluster,
+) -> (ApiServer, ApiServer, Arc<ClusterState>, Watches) {
+    let mgmt = ApiServer::start().await.expect("management stand-in");
+    let workload = workload_for(etcd).await;
+    seed_cluster(&mgmt, NS, etcd, json!({}));
+    mgmt.insert(kubeconfig_secret(NS, &workload))
+        .expect("kubeconfig secret");
+    let (state, watches) = watched_state(&mgmt, 1).await;
+    (mgmt, workload, state, watches)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_are_probed_through_the_workload_api_server() {
     let mut etcd = EtcdCluster::start(3);
-    let mgmt = ApiServer::start().await.expect("management stand-in");
-    let workload = workload_for(&etcd).await;
     // No transport annotation: the default transport, which is port-forward.
-    seed_cluster(&mgmt, NS, &etcd, json!({}));
-    mgmt.insert(kubeconfig_secret(NS, &workload))
-        .expect("kubeconfig secret");
-    let (state, _watches) = watched_state(&mgmt, 1).await;
+    let (mgmt, workload, state, _watches) = unannotated_cluster(&etcd).await;
     let cfg = config(TransportKind::default());
     assert_eq!(cfg.transport, TransportKind::PortForward);
     let probers = Probers::default();
@@ -646,5 +656,196 @@ async fn port_forwarded_members_are_verified_as_localhost() {
     assert!(
         workload.port_forwards_total() >= 2,
         "the first two went through the workload API server"
+    );
+}
+
+/// A prober of `etcd` through the port-forward transport, reaching the workload API server at
+/// `server` (the stand-in's own address, or a relay in front of it), and its endpoints (one
+/// listener per member's pod).
+async fn port_forward_prober(
+    etcd: &EtcdCluster,
+    workload: &ApiServer,
+    server: &str,
+) -> (quorumguard_observe::etcd::Prober, Vec<String>) {
+    use quorumguard_observe::etcd::{PortForward, Prober, Transport};
+    let yaml = workload.kubeconfig_yaml().replace(&workload.url(), server);
+    let pf = PortForward::from_kubeconfig(&yaml, NS, "test")
+        .await
+        .expect("kubeconfig");
+    let prober = Prober::with_transport(etcd.client_tls(), Transport::port_forward(pf));
+    let names: Vec<String> = (0..etcd.len()).map(|i| etcd.name(i).to_string()).collect();
+    let endpoints = prober
+        .transport()
+        .list_endpoints(None, &[], &names)
+        .expect("listeners");
+    (prober, endpoints)
+}
+
+/// Probes (at most 20 times, 250 ms apart) until `want` members are healthy.
+async fn probe_until_healthy(
+    prober: &quorumguard_observe::etcd::Prober,
+    endpoints: &[String],
+    want: usize,
+) -> quorumguard_observe::etcd::Probe {
+    let mut last = String::new();
+    for _ in 0..20 {
+        match prober.probe(endpoints, DEADLINE).await {
+            Ok(p) if healthy(&p.members) == want => return p,
+            Ok(p) => last = show(&Ok(p.members)),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("never {want} healthy members; last probe:\n{last}");
+}
+
+/// Issue 39: probes of one cluster keep its port-forward sessions (one WebSocket through the
+/// workload API server per member, opened by the first probe), and a probe on them costs its
+/// round trips and no stall. With Nagle's algorithm on a socket of the relay (the loopback
+/// listener's, the WebSocket's to the API server), a write that follows one not yet acknowledged
+/// waits for the peer's delayed ACK, 40 ms on Linux: each of a probe's two round trips (the
+/// member list, then the members in parallel) stalled, and a probe took 80-90 ms on loopback.
+/// The median of 20 probes must stay under 30 ms, which one stall per probe exceeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_port_forwards_are_reused_and_stall_no_probe() {
+    let etcd = EtcdCluster::start(3);
+    let workload = workload_for(&etcd).await;
+    let (prober, endpoints) = port_forward_prober(&etcd, &workload, &workload.url()).await;
+    probe_until_healthy(&prober, &endpoints, 3).await;
+    // Sessions of connections dropped by an early probe (none, as a rule) close on their own.
+    wait_for("one session per member", Duration::from_secs(10), || {
+        workload.open_port_forwards() == 3
+    })
+    .await;
+    let opened = workload.port_forwards_total();
+
+    let mut took = Vec::new();
+    for _ in 0..20 {
+        let p = prober.probe(&endpoints, DEADLINE).await.expect("probe");
+        assert_eq!(healthy(&p.members), 3, "{}", show(&Ok(p.members.clone())));
+        took.push(p.took);
+    }
+    assert_eq!(
+        workload.port_forwards_total(),
+        opened,
+        "20 probes opened no port-forward session: they reuse the kept ones"
+    );
+    assert_eq!(workload.open_port_forwards(), 3);
+    took.sort();
+    let median = took[took.len() / 2];
+    println!(
+        "20 probes on kept port-forwards: median {median:?}, slowest {:?}",
+        took[19]
+    );
+    assert!(
+        median < Duration::from_millis(30),
+        "a probe on kept port-forwards stalls: median {median:?} of {took:?}"
+    );
+}
+
+/// Issue 39: a kept port-forward does not make a stale answer look fresh. Across a WAN (a relay
+/// adding 50 ms to every round trip between quorumguard and the workload API server), with every
+/// member's session open and warm: a follower frozen (SIGSTOP) is unhealthy, not answering within
+/// the deadline, and one killed is unhealthy; each probe ends within the deadline and the other
+/// members stay healthy over their kept sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_port_forward_to_a_frozen_or_killed_member_reads_unhealthy_in_time() {
+    let mut etcd = EtcdCluster::start(3);
+    let workload = workload_for(&etcd).await;
+    let relay = testkit::wan::DelayRelay::start(workload.addr(), Duration::from_millis(50))
+        .await
+        .expect("relay");
+    let (prober, endpoints) = port_forward_prober(&etcd, &workload, &relay.url()).await;
+    let warm = probe_until_healthy(&prober, &endpoints, 3).await;
+    let followers: Vec<usize> = warm
+        .members
+        .iter()
+        .filter(|m| !m.is_leader)
+        .map(|m| etcd.index_of(&m.name))
+        .collect();
+    assert_eq!(followers.len(), 2, "{}", show(&Ok(warm.members.clone())));
+    wait_for("one session per member", Duration::from_secs(10), || {
+        workload.open_port_forwards() == 3
+    })
+    .await;
+
+    let (frozen, killed) = (followers[0], followers[1]);
+    let frozen_name = etcd.name(frozen).to_string();
+    etcd.freeze(frozen);
+    let p = prober.probe(&endpoints, DEADLINE).await;
+    etcd.thaw(frozen);
+    let why = unhealthy_in_time(p, &frozen_name, "frozen");
+    assert!(why.contains("no answer within 2s"), "{why}");
+
+    probe_until_healthy(&prober, &endpoints, 3).await;
+    let killed_name = etcd.name(killed).to_string();
+    etcd.kill(killed);
+    unhealthy_in_time(
+        prober.probe(&endpoints, DEADLINE).await,
+        &killed_name,
+        "killed",
+    );
+}
+
+/// Checks that probe `p` ended within the deadline with member `name` (`what`: frozen, killed)
+/// unhealthy and the 2 others healthy; returns why `name` is unhealthy.
+fn unhealthy_in_time(
+    p: Result<quorumguard_observe::etcd::Probe, quorumguard_observe::etcd::ProbeError>,
+    name: &str,
+    what: &str,
+) -> String {
+    let p = p.unwrap_or_else(|e| panic!("no member list with {name} {what}: {e}"));
+    assert!(
+        p.took < DEADLINE + MARGIN,
+        "the probe took {:?} with {name} {what}",
+        p.took
+    );
+    let m = p.members.iter().find(|m| m.name == name).expect("member");
+    let Health::Unhealthy(why) = &m.health else {
+        panic!(
+            "{name} {what} behind a kept port-forward, yet {:?}",
+            m.health
+        );
+    };
+    assert_eq!(healthy(&p.members), 2, "{}", show(&Ok(p.members.clone())));
+    println!("{name} {what}: probe took {:?}: {why}", p.took);
+    why.clone()
+}
+
+/// Issue 39: fresh probes for admission reviews go through the sweep's kept probers, so through
+/// the port-forward sessions the sweep opened: ten reviews' probes open none, and each asks etcd
+/// (ten probes made, every member healthy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_probes_reuse_the_sweeps_port_forwards() {
+    use quorumguard_observe::etcd::fresh::{Fresh, FreshProbes};
+    let etcd = EtcdCluster::start(3);
+    let (mgmt, workload, state, _watches) = unannotated_cluster(&etcd).await;
+    let cfg = config(TransportKind::PortForward);
+    let probers = Arc::new(Probers::default());
+    sweep_until_healthy(&mgmt, &state, &cfg, &probers, &[NS], 3).await;
+    let fresh = Arc::new(FreshProbes::new(
+        mgmt.client().expect("client"),
+        state.clone(),
+        probers.clone(),
+        &cfg,
+        &quorumguard_telemetry::Metrics::new(),
+    ));
+    let target = state.probe_targets().remove(0);
+    let opened = workload.port_forwards_total();
+    for _ in 0..10 {
+        match fresh.probe(target.clone(), Instant::now()).await {
+            Fresh::Members(m) => assert_eq!(healthy(&m), 3, "{}", show(&Ok(m.clone()))),
+            other => panic!("a fresh probe through the kept port-forwards: {other:?}"),
+        }
+    }
+    assert_eq!(
+        fresh.probes_made("ok"),
+        10,
+        "every review's probe asked etcd"
+    );
+    assert_eq!(
+        workload.port_forwards_total(),
+        opened,
+        "fresh probes opened no port-forward session"
     );
 }

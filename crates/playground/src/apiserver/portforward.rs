@@ -251,6 +251,8 @@ where
             return;
         }
     };
+    // No Nagle, as the kubelet's dial (Go) to the pod.
+    let _ = tcp.set_nodelay(true);
     let (mut from_pod, mut to_pod) = tcp.into_split();
     let upstream = async {
         while let Some(Ok(message)) = stream.next().await {

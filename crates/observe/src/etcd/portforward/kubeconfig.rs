@@ -3,9 +3,14 @@
 
 use std::time::Duration;
 
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::core::v1::Secret;
+use kube::client::ConfigExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
+use tower::{BoxError, ServiceBuilder};
 
 use super::{PortForward, PortForwardError, kube_error};
 
@@ -117,7 +122,37 @@ impl PortForward {
             .map_err(|e| invalid(e.to_string()))?;
         let server = config.cluster_url.to_string();
         let server = server.trim_end_matches('/').to_string();
-        let client = Client::try_from(config).map_err(|e| invalid(kube_error(&e)))?;
+        let client = nodelay_client(config).map_err(|e| invalid(kube_error(&e)))?;
         Ok(Self::new(client, server))
     }
+}
+
+/// A client of the workload API server whose connections send every write at once
+/// (`TCP_NODELAY`), otherwise kube's own stack: the kubeconfig's TLS (and server name), its
+/// credentials and its extra headers.
+///
+/// Why not `Client::try_from(config)`: kube dials with Nagle's algorithm on. A port-forward's
+/// WebSocket carries the prober's gRPC calls, small writes that each wait for an answer; with
+/// Nagle a write that follows another not yet acknowledged is held until the API server
+/// acknowledges it, which its delayed-ACK timer may put off for 40 ms (Linux). That was most of
+/// a fresh probe's time through port-forward (issue 39, docs/benchmarks.md). Go's net package,
+/// which kube-apiserver and the kubelet are written with, turns Nagle off on every connection.
+///
+/// A kubeconfig with a `proxy-url` gets kube's own stack (which dials the proxy), Nagle and all.
+fn nodelay_client(config: kube::Config) -> Result<Client, kube::Error> {
+    if config.proxy_url.is_some() {
+        return Client::try_from(config);
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(config.connect_timeout);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(HttpClient::builder(TokioExecutor::new()).build(https));
+    Ok(Client::new(service, config.default_namespace))
 }

@@ -104,6 +104,12 @@ async fn accept_loop(listener: TcpListener, pod: Arc<PodForward>) {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) if relays.len() < MAX_CONNECTIONS => {
+                    // The prober's gRPC calls are small writes answered at once: with Nagle's
+                    // algorithm, a second write waits for the prober to acknowledge the first,
+                    // up to its delayed-ACK timer (40 ms on Linux) per call. See `nodelay`.
+                    if let Err(e) = tcp.set_nodelay(true) {
+                        tracing::debug!(error = %e, "TCP_NODELAY on a port-forward connection");
+                    }
                     relays.spawn(relay(tcp, pod.clone()));
                 }
                 Ok((tcp, _)) => {
