@@ -700,14 +700,15 @@ async fn probe_until_healthy(
 }
 
 /// Issue 39: probes of one cluster keep its port-forward sessions (one WebSocket through the
-/// workload API server per member, opened by the first probe), and a probe on them costs its
-/// round trips and no stall. With Nagle's algorithm on a socket of the relay (the loopback
-/// listener's, the WebSocket's to the API server), a write that follows one not yet acknowledged
-/// waits for the peer's delayed ACK, 40 ms on Linux: each of a probe's two round trips (the
-/// member list, then the members in parallel) stalled, and a probe took 80-90 ms on loopback.
-/// The median of 20 probes must stay under 30 ms, which one stall per probe exceeds.
+/// workload API server per member, opened by the first probe): 20 more probes open none.
+///
+/// How long they take is the fresh-probe bench's to measure (`cargo bench --bench fresh_probe`,
+/// docs/benchmarks.md), not this test's: a test never asserts a time. With Nagle's algorithm on
+/// a socket of the relay (the loopback listener's, the WebSocket's to the API server), a write
+/// that follows one not yet acknowledged waits for the peer's delayed ACK, 40 ms on Linux, and a
+/// probe took 80-90 ms on loopback; the median printed here shows it (5 ms without).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kept_port_forwards_are_reused_and_stall_no_probe() {
+async fn kept_port_forwards_are_reused() {
     let etcd = EtcdCluster::start(3);
     let workload = workload_for(&etcd).await;
     let (prober, endpoints) = port_forward_prober(&etcd, &workload, &workload.url()).await;
@@ -732,14 +733,10 @@ async fn kept_port_forwards_are_reused_and_stall_no_probe() {
     );
     assert_eq!(workload.open_port_forwards(), 3);
     took.sort();
-    let median = took[took.len() / 2];
     println!(
-        "20 probes on kept port-forwards: median {median:?}, slowest {:?}",
+        "20 probes on kept port-forwards: median {:?}, slowest {:?}",
+        took[took.len() / 2],
         took[19]
-    );
-    assert!(
-        median < Duration::from_millis(30),
-        "a probe on kept port-forwards stalls: median {median:?} of {took:?}"
     );
 }
 
