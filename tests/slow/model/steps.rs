@@ -8,7 +8,8 @@ use quorumguard::engine::Confirmation;
 use quorumguard::engine::etcd_version::AddMemberRule;
 use quorumguard::engine::kcp::{self, Hold, KcpMachine, KcpMove, KcpView, MemberFit};
 
-use crate::model::guard::{Fresh, Who};
+use crate::model::guard::{Fresh, Who, follow_etcdctl};
+use crate::model::joins::{finish_deletion, join, settle_leader};
 
 use crate::model::world::*;
 
@@ -50,6 +51,9 @@ pub struct Bounds {
     /// per value): without one a remediate-machine annotation does nothing, and the next
     /// action says to create one (a person following it does).
     pub health_check: Vec<bool>,
+    /// Whether quorumguard's autopilot acts (issue 38): an actor that takes the published next
+    /// action on its own fresh probe.
+    pub autopilot: bool,
 }
 
 /// Planted bugs: each makes the guard (or a person) wrong in one known way, to show that the
@@ -86,6 +90,14 @@ pub struct Bugs {
     /// healthy Machine marked for remediation while there are fewer Machines than replicas
     /// holds KCP for ever.
     pub pending_join_for_kcp: bool,
+    /// The autopilot decides on the guard's record of the last probe, not on a probe of its
+    /// own, and takes it for fresh.
+    pub ap_stale_view: bool,
+    /// The autopilot does not look at the step it has in flight before it takes another.
+    pub ap_ignores_in_flight: bool,
+    /// The autopilot does nothing (its mode off): to show that liveness without a person rests
+    /// on it.
+    pub ap_off: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -134,6 +146,15 @@ pub enum Action {
     /// Older KCP: Machine `m{slot}`, being deleted, goes without its member being removed; the
     /// member's process went with its machine.
     MachineGoesMemberStays(u8),
+    /// The autopilot's sweep of the cluster: re-prove its step in flight, or take the
+    /// published next action on its own fresh probe.
+    Autopilot,
+    /// Only where failures have stopped (the liveness continuation without a person): the
+    /// MachineHealthCheck marks Machine `m{slot}`, which has had no node for longer than its
+    /// `nodeStartupTimeout` (Cluster API v1.14 `needsRemediation` in
+    /// core/reconcilers/machinehealthcheck/machinehealthcheck_targets.go; default 600 s,
+    /// `--join-grace`'s default too), for remediation.
+    NodeStartupTimeout(u8),
 }
 
 /// The words of a step, written only when asked for (printing a counterexample).
@@ -218,6 +239,9 @@ impl Config {
         }
         if !self.bugs.ignore_next_action {
             out.push(Action::Follow);
+        }
+        if s.autopilot.is_some() {
+            out.push(Action::Autopilot);
         }
     }
 
@@ -423,6 +447,22 @@ impl Config {
                     )
                 });
             }
+            Action::Autopilot => self.autopilot(&mut n, explore, say)?,
+            Action::NodeStartupTimeout(slot) => {
+                if !n.health_check {
+                    return None;
+                }
+                let m = n
+                    .machine_mut(*slot)
+                    .filter(|m| !m.node && !m.young && !m.deleting && !m.remediate)?;
+                m.remediate = true;
+                say.line(|| {
+                    format!(
+                        "the MachineHealthCheck marks Machine {}, without a node past its nodeStartupTimeout",
+                        name(*slot)
+                    )
+                });
+            }
             Action::MachineGoesMemberStays(slot) => {
                 n.left.leftovers = n.left.leftovers.checked_sub(1)?;
                 n.machine(*slot).filter(|m| m.deleting)?;
@@ -571,140 +611,4 @@ fn without_health_preflight(view: &KcpView<'_>, then: KcpMove) -> KcpMove {
     } else {
         then
     }
-}
-
-/// A new node's `kubeadm join`, one step at a time. v0.3: the member is added voting (it
-/// counts before it has started), then starts. Current: added as a learner, then promoted.
-/// Adding and promoting need quorum. The Machine gets its node when the member has joined.
-fn join(n: &mut State, slot: u8, say: &mut Say) -> Option<()> {
-    n.machine(slot)
-        .filter(|m| !m.node && !m.deleting && !m.stalled)?;
-    // A watch delivers a new Machine in milliseconds, a node takes minutes to boot and join:
-    // the guard's cache has the Machine before its member appears.
-    n.cached(slot)?;
-    let learner = n.style == Style::Current;
-    match n.member(slot).copied() {
-        // Its member was added and removed since: kubeadm does not add another.
-        None if n.machine(slot)?.member_added => return None,
-        None => {
-            if !n.may_add_member() {
-                return None;
-            }
-            n.machine_mut(slot)?.member_added = true;
-            n.members.push(Mem {
-                slot,
-                learner,
-                started: learner,
-                up: true,
-            });
-            n.members.sort_by_key(|m| m.slot);
-            say.line(|| {
-                format!(
-                    "the node of {} joins etcd: member added{}",
-                    name(slot),
-                    if learner {
-                        " as a learner"
-                    } else {
-                        " (voting, not started yet)"
-                    }
-                )
-            });
-        }
-        Some(m) if !m.up => return None,
-        Some(m) if !m.started => {
-            n.member_mut(slot)?.started = true;
-            n.machine_mut(slot)?.node = true;
-            say.line(|| {
-                format!(
-                    "etcd member {} starts; Machine {0} has its node",
-                    name(slot)
-                )
-            });
-        }
-        Some(m) if m.learner => {
-            if !n.has_quorum() {
-                return None;
-            }
-            n.member_mut(slot)?.learner = false;
-            n.machine_mut(slot)?.node = true;
-            say.line(|| {
-                format!(
-                    "learner {} is promoted; Machine {0} has its node",
-                    name(slot)
-                )
-            });
-        }
-        Some(_) => n.machine_mut(slot)?.node = true,
-    }
-    Some(())
-}
-
-/// The Machine controller finishes a deletion: KCP's pre-terminate hook removes the member
-/// (which needs quorum), the machine is gone, and so is the Machine. The hook finds the member
-/// by its name: one that never started has none and stays behind (cluster-api #13221).
-fn finish_deletion(n: &mut State, slot: u8, say: &mut Say) -> Option<()> {
-    n.machine(slot).filter(|m| m.deleting)?;
-    let member = n.member(slot).is_some_and(|m| m.started);
-    if member {
-        if !n.has_quorum() {
-            return None;
-        }
-        n.members.retain(|m| m.slot != slot);
-    }
-    n.machines.retain(|m| m.slot != slot);
-    say.line(|| {
-        format!(
-            "Machine {} is deleted{}",
-            name(slot),
-            if member {
-                ": the pre-terminate hook removed its etcd member"
-            } else {
-                ""
-            }
-        )
-    });
-    Some(())
-}
-
-/// A leader that is gone starts an election; without quorum there is no leader.
-fn settle_leader(n: &mut State) {
-    if let Some(l) = n.leader {
-        let leads = n.member(l).is_some_and(|m| !m.learner && m.started && m.up);
-        if !leads {
-            n.leader = None;
-            n.election_probes = 0;
-        }
-    }
-    if !n.has_quorum() {
-        n.leader = None;
-        n.election_probes = 0;
-    }
-}
-
-/// A person carries out a published next action that is an etcdctl command the guard's own
-/// follower (guard.rs) does not: `etcdctl member promote ID`. etcd promotes only a learner that
-/// runs (and has caught up), with quorum. The Machine's node registered before its etcd join
-/// (kubeadm's order), so it has its node once the member votes.
-fn follow_etcdctl(n: &mut State, say: &mut Say) -> Option<()> {
-    let action = quorumguard::engine::next_action(
-        &n.enricher_view(),
-        &quorumguard::engine::Policy::default(),
-        NOW,
-    );
-    if action.code != quorumguard::engine::ActionCode::PromoteLearner {
-        return None;
-    }
-    let target = action.target?;
-    let id = u64::from_str_radix(&target, 16).ok()?;
-    let slot = u8::try_from(id.checked_sub(1)?).ok()?;
-    n.member(slot).filter(|m| m.learner && m.started && m.up)?;
-    if !n.has_quorum() {
-        return None;
-    }
-    n.member_mut(slot)?.learner = false;
-    if let Some(m) = n.machine_mut(slot) {
-        m.node = true;
-    }
-    say.line(|| format!("a person follows the next action: etcdctl member promote {target}"));
-    Some(())
 }
