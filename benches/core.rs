@@ -10,8 +10,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use quorumguard::admission::ReviewReason;
 use quorumguard::admission::review::{self, Endpoint};
-use quorumguard::admission::{ReviewReason, Webhook};
 use quorumguard::engine::model::{
     Cluster, ControlPlane, EtcdSnapshot, EtcdState, EtcdTopology, Health, HealthCheck,
     HealthChecks, Kcp, Machine, Member,
@@ -19,8 +19,8 @@ use quorumguard::engine::model::{
 use quorumguard::engine::{
     EtcdBasis, Operation, Policy, Requester, admit_deletion, decide, next_action,
 };
-use serde_json::{Value, json};
-use testkit::reviews::{fixture, with_managed_fields};
+use serde_json::Value;
+use testkit::reviews::machine_delete_10k;
 
 const NOW: i64 = 1_790_000_000;
 
@@ -105,51 +105,9 @@ fn decisions(c: &mut Criterion) {
     g.finish();
 }
 
-/// kube-apiserver's Machine DELETE review by a human, grown to 10 KB with the managedFields a
-/// real Machine carries.
-fn review_10k() -> Vec<u8> {
-    with_managed_fields(fixture("machine-delete-by-user.json"), 10 * 1024)
-}
-
-/// The webhook's state holding the fixture's Cluster, KCP and its three Machines, with a fresh
-/// healthy probe of three members named after their nodes.
-fn webhook() -> Webhook {
-    let user = fixture("machine-delete-by-user.json");
-    let machine = user["request"]["oldObject"].clone();
-    let kcp = fixture("kcp-update-version.json")["request"]["oldObject"].clone();
-    let ns = machine["metadata"]["namespace"]
-        .as_str()
-        .expect("ns")
-        .to_string();
-    let cluster = json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-        "metadata": {"name": "test", "namespace": ns},
-        "spec": {"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
-                 "kind": "KubeadmControlPlane", "name": kcp["metadata"]["name"]}},
-    });
-    let mut objects = vec![cluster, kcp];
-    let mut members = Vec::new();
-    for i in 0..3 {
-        let mut m = machine.clone();
-        let name = if i == 0 {
-            m["metadata"]["name"].as_str().expect("name").to_string()
-        } else {
-            format!("test-m{i}")
-        };
-        m["metadata"]["name"] = json!(name);
-        let node = format!("node-{i}");
-        m["status"]["nodeRef"]["name"] = json!(node);
-        objects.push(m);
-        let mut member = Member::new(0x2000 + i, node);
-        member.health = Health::Healthy;
-        members.push(member);
-    }
-    testkit::webhook::seeded(&objects, &ns, "test", members)
-}
-
 fn review_path(c: &mut Criterion) {
-    let body = review_10k();
-    let w = webhook();
+    let body = machine_delete_10k();
+    let w = testkit::webhook::fixture_control_plane();
     // The path the HTTP handler takes, without the HTTP.
     let once = |body: &[u8]| -> Vec<u8> {
         let d = review::decode(Endpoint::Machines, body).expect("decodes");

@@ -20,6 +20,8 @@
 #   live_health       the webhook on live health and fresh probes (an allow rests on answers
 #                     etcd gave after the request arrived)
 #   status_cli        `quorumguard status` shows each member's version
+#   budgets (etcd)    the etcd requests of a probe, a sweep and a fresh probe, as etcd counts
+#                     them (docs/development.md, "Budgets"): 3 s
 #   playground        the stories (KCP, kubeadm's joins, remediation on real etcd) and
 #                     preflight's prediction against what happened, for the starting states where
 #                     etcd's answers decide (a member frozen or killed, learners)
@@ -42,8 +44,10 @@ qg_etcd35_test() {
 # binary run together and overlap while they wait, as in scripts/test.sh. `--workspace --test it`
 # runs every crate's `it` binary (crates/<name>/tests/it/, tests/it/) with the features
 # scripts/test.sh built them with, so nothing is compiled again; the filters pick etcd_prober
-# (quorumguard-observe's), live_health (quorumguard-admission's) and status_cli (the root
-# package's), and the other binaries run none of their tests.
+# (quorumguard-observe's), live_health (quorumguard-admission's), etcd_actions
+# (quorumguard-autopilot's: the calls the autopilot makes, promote to disarm), status_cli
+# (the root package's) and the etcd budgets (quorumguard-admission's), and the other binaries
+# run none of their tests.
 # The two lines run at once, as scripts/test.sh's lanes do (they wait on etcd far more than they
 # compute); the slow line's output is printed when it ends. `--workspace` on both: the features
 # scripts/test.sh built with (a root-only selection turns the crates' dev-only `testkit`
@@ -59,7 +63,8 @@ qg_etcd35_test --workspace --test slow -- \
   playground::prediction::prediction_learner_never_promoted >"$slow_log" 2>&1 &
 slow_pid=$!
 set +e
-qg_etcd35_test --workspace --test it -- etcd_prober:: live_health:: status_cli::
+qg_etcd35_test --workspace --test it -- etcd_prober:: live_health:: etcd_actions:: status_cli:: \
+  budgets::budget_etcd_and_api_requests_per_probe_sweep_and_fresh_probe
 it=$?
 wait "$slow_pid"
 slow=$?

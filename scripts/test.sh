@@ -5,14 +5,15 @@
 # scripts/envtest.sh).
 #
 # With arguments, they go to `cargo test --locked --workspace` as they are
-# (`scripts/test.sh --test it docs::`). Without, every test in three steps, each binary built
+# (`scripts/test.sh --test it docs::`). Without, every test in two steps, each binary built
 # once beforehand:
 #   1. two lanes at once: the slow real-process tests (tests/slow: playground stories, the real
 #      kube-apiserver, the model check), and every other binary but leader_changes (each crate's
-#      unit tests and tests/it, the root's tests/it) then the doc tests. The slow tests wait on
-#      etcd and on timeouts far more than they compute (load average ~1.3 of 2 cores when they
-#      ran alone); each test process runs one etcd cluster at a time (testkit's slot), so the two
-#      lanes run at most two.
+#      unit tests and tests/it, the root's tests/it; no crate has doc tests). The slow tests wait
+#      on etcd and on timeouts far more than they compute (load average ~1.3 of 2 cores when they
+#      ran alone); the machine runs at most two etcd clusters at a time whichever lane starts
+#      them (testkit's slots, lock files shared by every test process), so a lane takes both
+#      while the other has none running.
 #   2. tests/leader_changes alone: it needs the machine to itself (docs/development.md).
 # The slow lane's output is printed when it ends (in full if it failed).
 set -euo pipefail
@@ -31,10 +32,6 @@ slow_pid=$!
 set +e
 cargo test --locked --workspace --lib --bins --test it
 others=$?
-if [ "$others" -eq 0 ]; then
-  cargo test --locked --workspace --doc
-  others=$?
-fi
 echo "quorumguard: every binary but tests/slow and tests/leader_changes took $((SECONDS - started)) s (rc $others)" >&2
 wait "$slow_pid"
 slow=$?

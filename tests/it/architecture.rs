@@ -3,12 +3,14 @@
 //!
 //! ```text
 //! engine ← pki, telemetry ← observe ← admission, status ← cli ← playground ← quorumguard
+//!                               observe ← autopilot
 //! ```
 //!
 //! The engine needs no runtime, no Kubernetes and no network (anyone can embed the rules, and its
 //! tests build in seconds); pki and telemetry know no other quorumguard crate; what the guard
 //! knows of the world (observe) never reaches up to the webhook (admission) or the status writer
-//! (status), which never reach each other; the production command line (cli) never depends on
+//! (status), which never reach each other; the autopilot's acting (autopilot) stands on observe
+//! beside them, not yet wired into serve; the production command line (cli) never depends on
 //! the playground, and nothing but the binary (its default `playground` feature) does.
 //!
 //! Each check compares the whole set of quorumguard crates in a crate's normal dependency tree
@@ -19,7 +21,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 /// Every crate of the workspace but the binary, bottom up.
-const CRATES: [&str; 8] = [
+const CRATES: [&str; 9] = [
     "quorumguard-engine",
     "quorumguard-pki",
     "quorumguard-telemetry",
@@ -28,6 +30,7 @@ const CRATES: [&str; 8] = [
     "quorumguard-status",
     "quorumguard-cli",
     "quorumguard-playground",
+    "quorumguard-autopilot",
 ];
 
 /// The crates `package`'s normal (non-dev) dependency tree holds, one name per line, with
@@ -101,7 +104,9 @@ fn allowed(package: &str) -> BTreeSet<String> {
     match package {
         "quorumguard-engine" | "quorumguard-pki" | "quorumguard-telemetry" => set(&[]),
         "quorumguard-observe" => set(&["engine", "pki", "telemetry"]),
-        "quorumguard-admission" | "quorumguard-status" => set(&below_admission),
+        "quorumguard-admission" | "quorumguard-status" | "quorumguard-autopilot" => {
+            set(&below_admission)
+        }
         "quorumguard-cli" => set(&below_cli),
         "quorumguard-playground" => set(&below_playground),
         other => panic!("{other} is not a crate of the layering"),

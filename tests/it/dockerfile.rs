@@ -202,6 +202,29 @@ fn host() -> String {
         .to_string()
 }
 
+/// `cargo` without what cargo set in this test's environment for the test itself
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, ...). A build script that tracks one of them (ring's
+/// tracks `CARGO_MANIFEST_DIR`) would otherwise be fingerprinted with this test's value, and
+/// every later `cargo test` or `cargo build` in the tree would run it and rebuild what depends
+/// on it (ring, rustls and every crate above them) for nothing.
+fn cargo_as_from_a_shell() -> Command {
+    let mut c = Command::new(env!("CARGO"));
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let set_for_the_test = ["CARGO_MANIFEST_", "CARGO_PKG_", "CARGO_BIN_EXE_"]
+            .iter()
+            .any(|p| key.starts_with(p))
+            || matches!(
+                key,
+                "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR"
+            );
+        if set_for_the_test {
+            c.env_remove(key);
+        }
+    }
+    c
+}
+
 fn run(mut command: Command) -> (bool, String) {
     let out = command.output().expect("cargo runs");
     let text = format!(
@@ -242,7 +265,7 @@ fn the_build_stage_copies_a_workspace_that_cargo_accepts_and_checks() {
     // dep-info of each workspace crate: a file outside it (an `include_str!` of `manifests/`)
     // would be missing from the image's build.
     let build = cargo_build(&build_stage());
-    let mut check = Command::new(env!("CARGO"));
+    let mut check = cargo_as_from_a_shell();
     check
         .arg("check")
         .args(build.iter().skip(2).filter(|w| {

@@ -15,8 +15,18 @@
 //!   [`quorumguard::playground::etcd::program`]. [`version`] is its version, for tests whose
 //!   expectation follows it.
 
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use http_body_util::Full;
+use hyper::Request;
+use hyper::body::Bytes;
 
 use quorumguard::etcd::ClientTls;
 use quorumguard::playground::etcd as lib;
@@ -24,7 +34,67 @@ pub use quorumguard::playground::etcd::{
     EXIT_WAIT, EtcdError, EtcdOptions, ListedMember, Pki, RECONFIG_WAIT, START_WAIT,
 };
 
-static SLOT: Mutex<()> = Mutex::new(());
+/// How many etcd clusters (or busy computations) the machine runs at once across every test
+/// process: `QUORUMGUARD_TEST_SLOTS`, else 2 (one per core: what the 2-core CI machine held
+/// before the slots were shared, when each of the two lanes had a slot of its own).
+pub const SLOTS: usize = 2;
+
+/// How long a test waits for a slot before it fails saying so (the whole suite's slowest lane
+/// is ~10 minutes: a wait this long means a slot is held by a process that hangs).
+const SLOT_WAIT: Duration = Duration::from_secs(40 * 60);
+
+/// One of the machine's slots: an exclusive `flock` on one of the lock files in
+/// `$TMPDIR/quorumguard-test-slots/`, released when dropped or when its process ends however it
+/// ends (the kernel drops the lock with the file), so a crashed test never keeps a slot.
+#[must_use = "the slot is released when dropped"]
+pub struct Slot {
+    _file: File,
+}
+
+fn slot_count() -> usize {
+    std::env::var("QUORUMGUARD_TEST_SLOTS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(SLOTS)
+}
+
+fn slot_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join("quorumguard-test-slots");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    dir
+}
+
+/// Takes a free slot, waiting (polling every 100 ms, at most [`SLOT_WAIT`]) while every one is
+/// held.
+fn take_slot() -> Slot {
+    let dir = slot_dir();
+    let n = slot_count();
+    let started = Instant::now();
+    loop {
+        for i in 0..n {
+            let path = dir.join(format!("slot-{i}"));
+            let file = File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+            // SAFETY: flock on a file descriptor this function owns; no memory is shared.
+            let taken =
+                unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+            if taken {
+                return Slot { _file: file };
+            }
+        }
+        assert!(
+            started.elapsed() < SLOT_WAIT,
+            "waited {SLOT_WAIT:?} for one of the {n} test slots in {}: is a test process hanging?",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
 
 /// The version of the etcd the tests run (`3.4.23`, `3.5.1`): what every member's status
 /// reports. Panics when `etcd --version` cannot say.
@@ -53,16 +123,16 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-/// The slot itself, for tests that start etcd through the library (the playground's world):
-/// hold it while that cluster runs.
-pub fn slot() -> MutexGuard<'static, ()> {
-    SLOT.lock().unwrap_or_else(PoisonError::into_inner)
+/// A slot, for tests that start etcd through the library (the playground's world): hold it
+/// while that cluster runs.
+pub fn slot() -> Slot {
+    take_slot()
 }
 
 /// For a test that keeps the cores busy (a model check, thousands of property cases, a cargo
-/// build): it holds the slot while it computes, so it runs while no etcd cluster of this process
-/// does and starves no cluster's election timeout (the tests of one binary run at once).
-pub fn busy() -> MutexGuard<'static, ()> {
+/// build): it holds a slot while it computes, so it shares the machine with at most one etcd
+/// cluster and starves no cluster's election timeout (the tests of one binary run at once).
+pub fn busy() -> Slot {
     slot()
 }
 
@@ -70,7 +140,7 @@ pub fn busy() -> MutexGuard<'static, ()> {
 pub struct EtcdCluster {
     // Dropped first (every member killed), then the slot is released.
     inner: lib::EtcdCluster,
-    _slot: MutexGuard<'static, ()>,
+    _slot: Slot,
 }
 
 impl Deref for EtcdCluster {
@@ -100,7 +170,7 @@ impl EtcdCluster {
             (1..=4).contains(&n),
             "1 to 4 members (2-core machines), not {n}"
         );
-        let slot = SLOT.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = take_slot();
         let options = EtcdOptions {
             flags: flags.iter().map(|f| f.to_string()).collect(),
             keep_dir: std::env::var_os("QG_KEEP_ETCD").is_some(),
@@ -136,6 +206,51 @@ impl EtcdCluster {
         self.inner
             .client_tls()
             .expect("sign a client certificate with the test CA")
+    }
+
+    /// The gRPC requests the members have received so far, by method (`MemberList`, `Status`,
+    /// `Range`, `Alarm`, ...): etcd's own `grpc_server_started_total`, summed over the members,
+    /// read from each member's `/metrics` on its client URL (TLS with a client certificate, as
+    /// the prober connects; reading it is HTTP, not gRPC, so it counts nothing itself). What the
+    /// etcd request budgets count ([`crate::budgets`]): etcd's count, not the prober's. Panics
+    /// when a member does not answer (a frozen one).
+    pub async fn grpc_requests(&self) -> BTreeMap<String, u64> {
+        let tls = self.client_tls().config();
+        let mut out = BTreeMap::new();
+        for i in 0..self.len() {
+            let url = self.client_url(i);
+            let addr: SocketAddr = url
+                .trim_start_matches("https://")
+                .parse()
+                .unwrap_or_else(|e| panic!("member #{i}'s client URL {url}: {e}"));
+            // An absolute URI: etcd's HTTP/2 server refuses a request without `:scheme`.
+            let request = Request::get(format!("https://localhost:{}/metrics", addr.port()))
+                .body(Full::new(Bytes::new()))
+                .expect("request");
+            let (status, body) = crate::https::send(addr, tls.clone(), request)
+                .await
+                .unwrap_or_else(|e| panic!("GET {url}/metrics: {e}"));
+            assert!(status.is_success(), "GET {url}/metrics answered {status}");
+            for line in String::from_utf8_lossy(&body).lines() {
+                let Some((labels, value)) = line
+                    .strip_prefix("grpc_server_started_total{")
+                    .and_then(|l| l.split_once("} "))
+                else {
+                    continue;
+                };
+                let method = labels
+                    .split("grpc_method=\"")
+                    .nth(1)
+                    .and_then(|m| m.split('"').next())
+                    .unwrap_or("?");
+                let n: f64 = value
+                    .trim()
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{url}/metrics: {line:?}: {e}"));
+                *out.entry(method.to_string()).or_insert(0) += n as u64;
+            }
+        }
+        out
     }
 
     /// Freezes member `i` (SIGSTOP): alive, its ports open, answering nothing.

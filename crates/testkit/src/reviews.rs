@@ -100,3 +100,9 @@ pub fn with_managed_fields(mut review: Value, bytes: usize) -> Vec<u8> {
     }
     serde_json::to_vec(&review).unwrap_or_default()
 }
+
+/// kube-apiserver's Machine DELETE review by a person (`machine-delete-by-user.json`, Machine
+/// `test-cp-a`), grown to 10 KB with the managedFields a real Machine carries.
+pub fn machine_delete_10k() -> Vec<u8> {
+    with_managed_fields(fixture("machine-delete-by-user.json"), 10 * 1024)
+}

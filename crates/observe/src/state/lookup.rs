@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::{ClusterState, Key, Kind};
+use super::{ClusterState, Key, Kind, copy_out};
 use crate::capi::{CapiMachine, health_checks_of};
 use quorumguard_engine::{Cluster, ControlPlane, EtcdState, HealthChecks};
 
@@ -74,7 +74,7 @@ impl ClusterState {
             .flatten()
             .filter_map(|m| idx.machines.get(&(namespace.to_string(), m.clone())))
             .collect();
-        let machines: Vec<_> = capi_machines.iter().map(|m| m.machine.clone()).collect();
+        let machines: Vec<_> = capi_machines.iter().map(|m| copy_out(&m.machine)).collect();
         let health_checks = if self.is_synced(Kind::HealthCheck) {
             HealthChecks::Known(health_checks_of(
                 idx.health_checks
@@ -97,7 +97,7 @@ impl ClusterState {
             Some(name) => idx
                 .clusters
                 .get(&(namespace.to_string(), name.clone()))
-                .map(|c| c.cluster.clone())
+                .map(|c| copy_out(&c.cluster))
                 .unwrap_or(Cluster {
                     name: name.clone(),
                     deleting: false,
@@ -109,7 +109,7 @@ impl ClusterState {
                 paused: false,
             },
         };
-        let kcp_model = k.kcp.clone();
+        let kcp_model = copy_out(&k.kcp);
         drop(idx);
         let etcd = match &cluster_name {
             Some(c) => self.etcd_state(namespace, c, now),

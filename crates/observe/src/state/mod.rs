@@ -188,5 +188,38 @@ impl ClusterState {
     }
 }
 
+/// A copy of a cached object for a reader: a Cluster, a KubeadmControlPlane, a Machine, or the
+/// member list of a recorded probe, copied into what a review, the prober or the status writer
+/// is handed. Every such copy out of the caches is made here, so that the tests can count the
+/// copies a review makes (`clones`, with the `testkit` feature) and hold it to its budget
+/// (crates/testkit/src/budgets.rs). Without the feature this is `clone`, nothing more.
+fn copy_out<T: Clone>(cached: &T) -> T {
+    #[cfg(feature = "testkit")]
+    clones::count();
+    cached.clone()
+}
+
+/// How many cached objects this thread has copied out of the caches (`copy_out`), for the
+/// tests' budget of copies per review: a review decided on one thread (synchronously, or on a
+/// current-thread runtime) is counted whole, and tests running at once on other threads do not
+/// disturb the count. Only with the `testkit` feature (the tests'); the product counts nothing.
+#[cfg(feature = "testkit")]
+pub mod clones {
+    use std::cell::Cell;
+
+    thread_local! {
+        static MADE: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(super) fn count() {
+        MADE.with(|n| n.set(n.get() + 1));
+    }
+
+    /// Copies of cached objects made on this thread so far.
+    pub fn made() -> u64 {
+        MADE.with(Cell::get)
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -104,7 +104,7 @@ impl ClusterState {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&(namespace.to_string(), cluster.to_string()))
-            .map(|h| h.members.clone())
+            .map(|h| super::copy_out(&h.members))
             .unwrap_or_default()
     }
 
@@ -254,7 +254,7 @@ impl ClusterState {
             let members = if failed.is_some() {
                 quorumguard_engine::failed_view(&h.members)
             } else {
-                h.members.clone()
+                super::copy_out(&h.members)
             };
             return EtcdState::Observed(EtcdSnapshot {
                 members,

@@ -4,10 +4,10 @@
 //!
 //! Shown here: the two conditions written with the member table; KCP's own conditions untouched;
 //! the rollout prediction's one series per KCP, ready, then would_stick while a member is frozen,
-//! then ready again; no request at all while nothing changes; a real 409 (the KCP changed between our read and our
-//! write) answered by a fresh read that keeps the other writer's change; and with a Lease, only
-//! the holder writes, a holder that loses the Lease stops at once, and another replica takes over
-//! and re-publishes.
+//! then ready again; no request at all while nothing changes (the budget of a steady sweep); a
+//! real 409 (the KCP changed between our read and our write) answered by a fresh read that keeps
+//! the other writer's change; and with a Lease, only the holder writes, a holder that loses the
+//! Lease stops at once, and another replica takes over and re-publishes.
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use quorumguard_status::lease::LeaseConfig;
 use quorumguard_status::publish::PublishConfig;
 use serde_json::{Value, json};
 use testkit::apiserver::{ApiServer, kcp_resource};
+use testkit::budgets::{API_REQUESTS_PER_STEADY_SWEEP, Ledger};
 use testkit::etcd::EtcdCluster;
 use testkit::https::{TempDir, TestPki, try_get_plain};
 use testkit::reviews::NS;
@@ -177,13 +178,41 @@ async fn publishes_member_table_and_next_action() {
     assert_eq!(Value::Array(conditions[..3].to_vec()), kcp_own_conditions());
 
     // Steady state: nothing changes, so no write and not even a read of the KCP, nor of the
-    // etcd CA Secret (read again only after a failed probe or --etcd-secret-refresh).
+    // etcd CA Secret (read again only after a failed probe or --etcd-secret-refresh): no API
+    // request at all over several sweeps and what follows each (the budget of a steady sweep,
+    // crates/testkit/src/budgets.rs).
     let writes = status_writes(&api, None);
     let reads = api.request_count("get", &status_path());
     let secret = format!("/api/v1/namespaces/{NS}/secrets/test-etcd");
     let secret_reads = api.request_count("get", &secret);
     assert!(secret_reads >= 1, "the CA was read to make the prober");
-    tokio::time::sleep(INTERVAL * 4).await;
+    let requests = api.requests().len();
+    let sweeps = metric(&running, "quorumguard_sweep_seconds_count").await;
+    const STEADY_SWEEPS: f64 = 3.0;
+    let mut swept = 0.0;
+    for _ in 0..40 {
+        tokio::time::sleep(INTERVAL / 2).await;
+        swept = metric(&running, "quorumguard_sweep_seconds_count").await - sweeps;
+        if swept >= STEADY_SWEEPS {
+            break;
+        }
+    }
+    assert!(
+        swept >= STEADY_SWEEPS,
+        "only {swept} sweeps in {:?}",
+        INTERVAL * 20
+    );
+    let during: Vec<String> = api.requests()[requests..]
+        .iter()
+        .map(|r| format!("{} {}", r.verb, r.path))
+        .collect();
+    let mut ledger = Ledger::default();
+    ledger.hold(
+        &format!("API requests of {swept} steady sweeps and what follows them ({during:?})"),
+        during.len() as u64,
+        swept as u64 * API_REQUESTS_PER_STEADY_SWEEP,
+    );
+    ledger.settle();
     assert_eq!(
         api.request_count("get", &secret),
         secret_reads,
