@@ -11,11 +11,13 @@
 //! `QG_MODEL_BOUNDS=person=2 cargo test --test slow model::qg_model_bounds -- --ignored --nocapture`.
 
 mod autopilot;
+mod bounds;
 mod check;
 mod guard;
 mod joins;
 mod predicts;
 mod steps;
+mod summary;
 mod world;
 
 use std::collections::BTreeSet;
@@ -518,11 +520,9 @@ fn without_reservations_no_counterexample_within_the_ci_bounds() {
     check_all("ci, no reservations", config(bounds_from_env(), bugs));
 }
 
-/// The autopilot (issue 38) beside everyone else: the CI bounds with the autopilot acting, both
-/// KCP styles, without probe failures and rollouts (the first run has those), one new Machine.
-/// Every property, and two of its own: it takes no step while another is under way, and every
-/// state converges without a person once failures stop. The CI bounds in full with the
-/// autopilot: `QG_MODEL_BOUNDS=autopilot=true` (docs/rules.md, "Model-checked").
+/// The autopilot (issue 38): the CI bounds with it acting, without probe failures and rollouts
+/// (the first run has those), one new Machine. The CI bounds in full with the autopilot:
+/// `QG_MODEL_BOUNDS=autopilot=true` (docs/rules.md, "Model-checked").
 fn with_autopilot() -> Bounds {
     Bounds {
         autopilot: true,

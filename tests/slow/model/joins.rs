@@ -1,6 +1,6 @@
-//! The steps of kubeadm, the Machine controller and etcd's leader: a new node's `kubeadm
-//! join`, the pre-terminate hook and the Machine's going, and an election after the leader
-//! left.
+//! The steps of kubeadm, the Machine controller, the MachineHealthCheck and etcd's leader: a
+//! new node's `kubeadm join`, the pre-terminate hook and the Machine's going, a Machine marked
+//! for remediation past its nodeStartupTimeout, and an election after the leader left.
 
 use crate::model::steps::Say;
 use crate::model::world::*;
@@ -111,4 +111,23 @@ pub(crate) fn settle_leader(n: &mut State) {
         n.leader = None;
         n.election_probes = 0;
     }
+}
+
+/// The MachineHealthCheck marks Machine `m{slot}`, which has had no node past its
+/// `nodeStartupTimeout` (Cluster API v1.14 `needsRemediation`, default 600 s), for remediation.
+pub(crate) fn node_startup_timeout(n: &mut State, slot: u8, say: &mut Say) -> Option<()> {
+    if !n.health_check {
+        return None;
+    }
+    let m = n
+        .machine_mut(slot)
+        .filter(|m| !m.node && !m.young && !m.deleting && !m.remediate)?;
+    m.remediate = true;
+    say.line(|| {
+        format!(
+            "the MachineHealthCheck marks Machine {}, without a node past its nodeStartupTimeout",
+            name(slot)
+        )
+    });
+    Some(())
 }
