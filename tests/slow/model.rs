@@ -10,10 +10,14 @@
 //! `QG_MODEL=big cargo test --test slow model::big_bounds -- --ignored --nocapture`; any bounds:
 //! `QG_MODEL_BOUNDS=person=2 cargo test --test slow model::qg_model_bounds -- --ignored --nocapture`.
 
+mod autopilot;
+mod bounds;
 mod check;
 mod guard;
+mod joins;
 mod predicts;
 mod steps;
+mod summary;
 mod world;
 
 use std::collections::BTreeSet;
@@ -22,7 +26,10 @@ use std::time::{Duration, Instant};
 use quorumguard::engine::Confirmation;
 use stateright::{Checker, HasDiscoveries, Model};
 
-use check::{ADVICE, Checked, NO_FALSE_ALARM, NO_IDLE_WAIT, PREDICTS, PROPERTIES, RECOVERS, SAFE};
+use check::{
+    ADVICE, Checked, NO_FALSE_ALARM, NO_IDLE_WAIT, ONE_AT_A_TIME, PREDICTS, PROPERTIES, RECOVERS,
+    SAFE, WITHOUT_A_PERSON,
+};
 use quorumguard::engine::etcd_version::AddMemberRule;
 use steps::{Bounds, Bugs, Config};
 use world::Style;
@@ -46,6 +53,7 @@ fn ci() -> Bounds {
         election_probes: 2,
         leftovers: 0,
         health_check: vec![true],
+        autopilot: false,
     }
 }
 
@@ -339,6 +347,7 @@ fn bounds_from_env() -> Bounds {
             "probe_lag" => b.probe_lag = n(),
             "election_probes" => b.election_probes = n(),
             "leftovers" => b.leftovers = n(),
+            "autopilot" => b.autopilot = v.parse().expect("true or false"),
             "health_check" => {
                 b.health_check = v
                     .split('/')
@@ -509,4 +518,83 @@ fn without_reservations_no_counterexample_within_the_ci_bounds() {
         ..Bugs::default()
     };
     check_all("ci, no reservations", config(bounds_from_env(), bugs));
+}
+
+/// The autopilot (issue 38): the CI bounds with it acting, without probe failures and rollouts
+/// (the first run has those), one new Machine. The CI bounds in full with the autopilot:
+/// `QG_MODEL_BOUNDS=autopilot=true` (docs/rules.md, "Model-checked").
+fn with_autopilot() -> Bounds {
+    Bounds {
+        autopilot: true,
+        probe_failures: 0,
+        rollouts: 0,
+        new_machines: 1,
+        ..ci()
+    }
+}
+
+#[test]
+fn the_autopilot_keeps_every_property_and_needs_no_person() {
+    check_all("autopilot", config(with_autopilot(), Bugs::default()));
+}
+
+/// The autopilot acting on the guard's record instead of a probe of its own: a learner that
+/// failed after the last probe is promoted (etcd promotes a learner its leader still counts in
+/// sync), and one member growing to two loses quorum. One member, a person's scale-up to 3.
+#[test]
+fn planted_autopilot_on_the_record_loses_quorum() {
+    let bugs = Bugs {
+        ap_stale_view: true,
+        ..Bugs::default()
+    };
+    let bounds = Bounds {
+        sizes: vec![1],
+        styles: vec![Style::Current],
+        max_replicas: 3,
+        new_machines: 1,
+        crashes: 0,
+        // The failure and the promotion: two etcd changes the guard's record has not seen.
+        probe_lag: 2,
+        ..with_autopilot()
+    };
+    let printed = find(SAFE, config(bounds, bugs));
+    assert!(
+        printed.contains("quorum lost by: the autopilot, on the guard's record: promote learner"),
+        "{printed}"
+    );
+}
+
+/// The autopilot off (and no person): the #2651 Machine stays, and so does every member left
+/// behind, so liveness without a person rests on the autopilot.
+#[test]
+fn planted_autopilot_off_leaves_a_stuck_state_for_a_person() {
+    let bugs = Bugs {
+        ap_off: true,
+        ..Bugs::default()
+    };
+    let printed = find(WITHOUT_A_PERSON, config(with_autopilot(), bugs));
+    assert!(
+        printed.contains("without a person, failures stopped,"),
+        "{printed}"
+    );
+}
+
+/// The autopilot not looking at its step in flight: it deletes the #2651 Machine, and while
+/// the watch has not shown the deletion yet, deletes it again.
+#[test]
+fn planted_autopilot_ignoring_its_step_in_flight_is_caught() {
+    let bugs = Bugs {
+        ap_ignores_in_flight: true,
+        ..Bugs::default()
+    };
+    let bounds = Bounds {
+        styles: vec![Style::V03],
+        failures: 0,
+        ..with_autopilot()
+    };
+    let printed = find(ONE_AT_A_TIME, config(bounds, bugs));
+    assert!(
+        printed.contains("while its deletion of Machine"),
+        "{printed}"
+    );
 }

@@ -14,6 +14,8 @@ use crate::model::predicts::CrossCheck;
 use crate::model::steps::{Action, Config, Say};
 use crate::model::world::*;
 
+pub use crate::model::summary::summary;
+
 /// Admitted operations keep quorum.
 pub const SAFE: &str = "no admitted operation loses quorum";
 /// The next action is one the guard allows.
@@ -28,7 +30,35 @@ pub const NO_IDLE_WAIT: &str = "no Wait* next action is published where nothing 
 /// preflight's prediction: checked beside the exploration, reported after it.
 pub const PREDICTS: &str = "preflight predicts the rollout the model plays";
 
-pub const PROPERTIES: [&str; 5] = [SAFE, ADVICE, NO_FALSE_ALARM, RECOVERS, NO_IDLE_WAIT];
+/// The autopilot takes one step at a time (issue 38).
+pub const ONE_AT_A_TIME: &str =
+    "the autopilot takes no step while another of its steps is under way";
+/// Liveness without a person (issue 38).
+pub const WITHOUT_A_PERSON: &str =
+    "with the autopilot, every state converges without a person once failures stop";
+
+pub const PROPERTIES: [&str; 7] = [
+    SAFE,
+    ADVICE,
+    NO_FALSE_ALARM,
+    RECOVERS,
+    NO_IDLE_WAIT,
+    ONE_AT_A_TIME,
+    WITHOUT_A_PERSON,
+];
+
+/// Who takes part in a continuation of the fair schedule, beside KCP, kubeadm, the Machine
+/// controller, the guard and the autopilot (where the run has one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// A person follows the published next action.
+    Person,
+    /// Nobody else.
+    Others,
+    /// Nobody else, and failures have stopped: the members that failed come back, and the
+    /// MachineHealthCheck marks a Machine without a node past its nodeStartupTimeout.
+    Autonomous,
+}
 
 /// Rounds the liveness continuation may take, and how many in a row may change nothing the
 /// actors read before it counts as stuck (a confirmation takes two probes).
@@ -41,6 +71,8 @@ pub struct Checked {
     memo: Arc<Mutex<HashMap<u64, bool>>>,
     /// State hash -> whether a published wait there ends.
     waits: Arc<Mutex<HashMap<u64, bool>>>,
+    /// State hash -> whether the continuation without a person converges.
+    alone: Arc<Mutex<HashMap<u64, bool>>>,
     /// Compares `preflight`'s prediction with the model's play over the settled states
     /// (tests/slow/model/predicts.rs), when asked for.
     pub cross_check: Option<Arc<CrossCheck>>,
@@ -52,6 +84,7 @@ impl Checked {
             cfg,
             memo: Arc::default(),
             waits: Arc::default(),
+            alone: Arc::default(),
             cross_check: None,
         }
     }
@@ -93,7 +126,7 @@ impl Checked {
         self.continuation(
             s,
             &self.waits,
-            false,
+            Schedule::Others,
             |cur| !is_wait(self.published_code(cur)),
             |cur| !cur.has_quorum(),
         )
@@ -107,7 +140,7 @@ impl Checked {
         &self,
         s: &State,
         memo: &Mutex<HashMap<u64, bool>>,
-        person: bool,
+        schedule: Schedule,
         done: impl Fn(&State) -> bool,
         stuck: impl Fn(&State) -> bool,
     ) -> bool {
@@ -131,7 +164,7 @@ impl Checked {
                 break;
             }
             keys.push(k);
-            let next = self.round_of(&cur, person);
+            let next = self.round_of(&cur, schedule);
             idle = if moved(&cur, &next) { 0 } else { idle + 1 };
             cur = next;
             if idle >= IDLE_ROUNDS {
@@ -242,20 +275,44 @@ impl Checked {
     /// person follows the published next action) converges. A state without quorum that
     /// cannot move is excused: only disaster recovery helps, which the model leaves out.
     pub fn recovers(&self, s: &State) -> bool {
-        self.continuation(s, &self.memo, true, Checked::converged, |cur| {
+        self.continuation(s, &self.memo, Schedule::Person, Checked::converged, |cur| {
             !cur.has_quorum()
         })
     }
 
+    /// Liveness without a person: from `s`, once failures stop, KCP, kubeadm, the Machine
+    /// controller, the MachineHealthCheck and the autopilot alone converge (runs without an
+    /// autopilot: not asked). A state without quorum that cannot move is excused, as above.
+    pub fn recovers_alone(&self, s: &State) -> bool {
+        s.autopilot.is_none()
+            || self.continuation(
+                s,
+                &self.alone,
+                Schedule::Autonomous,
+                Checked::converged,
+                |cur| !cur.has_quorum(),
+            )
+    }
+
     /// One round of the fair schedule, every actor in turn, with or without the person
     /// following the next action.
-    fn round_of(&self, s: &State, person: bool) -> State {
+    fn round_of(&self, s: &State, schedule: Schedule) -> State {
         let mut cur = s.clone();
         let run = |cur: &mut State, a: Action| {
             if let Some(n) = self.cfg.step(cur, &a, false, &mut Say(None)) {
                 *cur = n;
             }
         };
+        if schedule == Schedule::Autonomous {
+            let slots: Vec<u8> = cur.members.iter().map(|m| m.slot).collect();
+            for slot in slots {
+                run(&mut cur, Action::Recover(slot));
+            }
+            let slots: Vec<u8> = cur.machines.iter().map(|m| m.slot).collect();
+            for slot in slots {
+                run(&mut cur, Action::NodeStartupTimeout(slot));
+            }
+        }
         sync_all(self, &mut cur);
         run(&mut cur, Action::ElectionEnds);
         run(&mut cur, Action::Probe);
@@ -274,7 +331,8 @@ impl Checked {
         run(&mut cur, Action::Kcp);
         sync_all(self, &mut cur);
         run(&mut cur, Action::Probe);
-        if person && !self.cfg.bugs.ignore_next_action {
+        run(&mut cur, Action::Autopilot);
+        if schedule == Schedule::Person && !self.cfg.bugs.ignore_next_action {
             run(&mut cur, Action::Follow);
         }
         cur
@@ -298,18 +356,32 @@ impl Checked {
         if let Some(why) = &last.lost_by {
             out.push_str(&format!("  quorum lost by: {why}\n"));
         }
+        if let Some(why) = &last.ap_overlap {
+            out.push_str(&format!(
+                "  the autopilot took a step while another was under way: {why}\n"
+            ));
+        }
         if let Some((code, target, false)) = self.advice(last) {
             out.push_str(&format!(
                 "  published next action {code} {target}, which the guard denies\n"
             ));
         }
-        let waits = !self.wait_ends(last);
-        if waits || !self.recovers(last) {
+        let schedule = if !self.wait_ends(last) {
+            Some(Schedule::Others)
+        } else if !self.recovers(last) {
+            Some(Schedule::Person)
+        } else if !self.recovers_alone(last) {
+            Some(Schedule::Autonomous)
+        } else {
+            None
+        };
+        if let Some(schedule) = schedule {
             // Where the fair schedule from there stops (the person following the next action
-            // unless a wait is judged), and what KCP's reconcile does there.
+            // unless a wait is judged, or the run is without a person), and what KCP's
+            // reconcile does there.
             let mut cur = last.clone();
             for _ in 0..ROUNDS {
-                let next = self.round_of(&cur, !waits);
+                let next = self.round_of(&cur, schedule);
                 if !moved(&cur, &next) {
                     break;
                 }
@@ -320,10 +392,10 @@ impl Checked {
             let lines = say.0.unwrap_or_default();
             out.push_str(&format!(
                 "  from there, {} it stops at: {}\n  KCP's reconcile there: {}{}\n",
-                if waits {
-                    "without the person,"
-                } else {
-                    "with the person following the next action,"
+                match schedule {
+                    Schedule::Others => "without the person,",
+                    Schedule::Person => "with the person following the next action,",
+                    Schedule::Autonomous => "without a person, failures stopped,",
                 },
                 summary(&cur),
                 if lines.is_empty() {
@@ -368,6 +440,9 @@ impl Model for Checked {
                         for covered in &b.health_check {
                             let mut s = State::converged(*style, *etcd, *n, *surge, left);
                             s.health_check = *covered;
+                            if b.autopilot {
+                                s.autopilot = Some(Default::default());
+                            }
                             out.push(s);
                         }
                     }
@@ -392,6 +467,8 @@ impl Model for Checked {
             Property::always(NO_FALSE_ALARM, |m, s| m.no_false_alarm(s)),
             Property::always(RECOVERS, |m, s| m.recovers(s)),
             Property::always(NO_IDLE_WAIT, |m, s| m.wait_ends(s)),
+            Property::always(ONE_AT_A_TIME, |_, s: &State| s.ap_overlap.is_none()),
+            Property::always(WITHOUT_A_PERSON, |m, s| m.recovers_alone(s)),
             // Never fails here: the mismatches are collected and reported after the run.
             Property::always(PREDICTS, |m, s| {
                 if let Some(x) = &m.cross_check {
@@ -429,6 +506,7 @@ fn moved(a: &State, b: &State) -> bool {
             s.view.clone(),
             s.probe_failed,
             (s.reserved_replicas, s.reserved.clone()),
+            s.autopilot.as_ref().map(|b| b.in_flight.clone()),
         )
     };
     key(a) != key(b)
@@ -449,97 +527,4 @@ fn fingerprint(s: &State) -> u64 {
     let mut h = DefaultHasher::new();
     s.hash(&mut h);
     h.finish()
-}
-
-/// One line: etcd, the Machines and replicas, what the guard sees, the published action.
-pub fn summary(s: &State) -> String {
-    let members: Vec<String> = s
-        .members
-        .iter()
-        .map(|m| {
-            let mut w = name(m.slot);
-            if m.learner {
-                w.push_str(" learner");
-            }
-            w.push_str(match (m.started, m.up) {
-                (false, _) => " not started",
-                (true, true) => " up",
-                (true, false) => " DOWN",
-            });
-            if s.leader == Some(m.slot) {
-                w.push_str(" (leader)");
-            }
-            w
-        })
-        .collect();
-    let machines: Vec<String> = s
-        .machines
-        .iter()
-        .map(|m| {
-            let mut w = name(m.slot);
-            if m.version < s.version {
-                w.push_str(" old");
-            }
-            if !m.node {
-                w.push_str(if m.stalled {
-                    " join-stopped"
-                } else {
-                    " joining"
-                });
-            }
-            if m.remediate {
-                w.push_str(" remediate");
-            }
-            if m.deleting {
-                w.push_str(" DELETING");
-            }
-            w
-        })
-        .collect();
-    let seen: Vec<String> = match &s.view {
-        None => vec!["none".into()],
-        Some(v) => v
-            .iter()
-            .map(|m| {
-                let h = match (s.probe_failed, m.seen) {
-                    (true, _) | (false, Seen::Unknown) => "?",
-                    (false, Seen::Healthy) => "ok",
-                    (false, Seen::Unhealthy) => "down",
-                    (false, Seen::Unconfirmed) => "down?",
-                };
-                format!(
-                    "{}{} {h}",
-                    name(m.slot),
-                    if m.learner { " learner" } else { "" }
-                )
-            })
-            .collect(),
-    };
-    let mut guard = format!(
-        "guard: cache lag {}, probe {}",
-        s.cache_lag(),
-        seen.join(", ")
-    );
-    if let Some(r) = s.reserved_replicas {
-        guard.push_str(&format!(", reserved replicas {}", r.to));
-        if let Some(then) = r.then {
-            guard.push_str(&format!(" (until the cache shows {then})"));
-        }
-    }
-    if !s.reserved.is_empty() {
-        let r: Vec<String> = s.reserved.iter().map(|r| name(r.machine.slot)).collect();
-        guard.push_str(&format!(", reserved deletions {}", r.join(" ")));
-    }
-    if !s.health_check {
-        guard.push_str(", no MachineHealthCheck");
-    }
-    let (code, target) = Checked::published(s);
-    format!(
-        "etcd [{}] | Machines [{}], replicas {}{} | {guard} | next action {code}{}",
-        members.join(", "),
-        machines.join(", "),
-        s.replicas,
-        if s.max_surge == 0 { ", maxSurge 0" } else { "" },
-        target.map(|t| format!(" {t}")).unwrap_or_default()
-    )
 }

@@ -37,6 +37,9 @@ pub enum Fresh {
 pub enum Who {
     Person,
     Kcp,
+    /// quorumguard's autopilot, as its own identity: neither a control-plane controller nor a
+    /// teardown identity, so the webhook judges it as it judges a person.
+    Autopilot,
 }
 
 impl Who {
@@ -44,6 +47,9 @@ impl Who {
         match self {
             Who::Person => Requester::new("alice"),
             Who::Kcp => Requester::new(DEFAULT_KCP_CONTROLLER),
+            Who::Autopilot => {
+                Requester::new("system:serviceaccount:quorumguard-system:quorumguard")
+            }
         }
     }
 }
@@ -399,7 +405,7 @@ impl Config {
 
 /// etcd as a probe taken now sees it (each member's status and health, as the prober reports
 /// them), or `None` when no started voting member answers the member list.
-fn take_probe(n: &State) -> Option<Vec<Member>> {
+pub(crate) fn take_probe(n: &State) -> Option<Vec<Member>> {
     if !n.members.iter().any(|m| m.started && m.up && !m.learner) {
         return None;
     }
@@ -441,4 +447,32 @@ pub(crate) fn verdict(j: &Judgement) -> String {
         if j.allowed { "allows" } else { "denies" },
         j.reason
     )
+}
+
+/// A person carries out a published next action that is an etcdctl command the guard's own
+/// follower (guard.rs) does not: `etcdctl member promote ID`. etcd promotes only a learner that
+/// runs (and has caught up), with quorum. The Machine's node registered before its etcd join
+/// (kubeadm's order), so it has its node once the member votes.
+pub(crate) fn follow_etcdctl(n: &mut State, say: &mut Say) -> Option<()> {
+    let action = quorumguard::engine::next_action(
+        &n.enricher_view(),
+        &quorumguard::engine::Policy::default(),
+        NOW,
+    );
+    if action.code != quorumguard::engine::ActionCode::PromoteLearner {
+        return None;
+    }
+    let target = action.target?;
+    let id = u64::from_str_radix(&target, 16).ok()?;
+    let slot = u8::try_from(id.checked_sub(1)?).ok()?;
+    n.member(slot).filter(|m| m.learner && m.started && m.up)?;
+    if !n.has_quorum() {
+        return None;
+    }
+    n.member_mut(slot)?.learner = false;
+    if let Some(m) = n.machine_mut(slot) {
+        m.node = true;
+    }
+    say.line(|| format!("a person follows the next action: etcdctl member promote {target}"));
+    Some(())
 }

@@ -5,88 +5,14 @@
 //! The guard's own steps, which call the real engine, are in `guard.rs`.
 
 use quorumguard::engine::Confirmation;
-use quorumguard::engine::etcd_version::AddMemberRule;
 use quorumguard::engine::kcp::{self, Hold, KcpMachine, KcpMove, KcpView, MemberFit};
 
-use crate::model::guard::{Fresh, Who};
+use crate::model::guard::{Fresh, Who, follow_etcdctl};
+use crate::model::joins::{finish_deletion, join, node_startup_timeout, settle_leader};
 
 use crate::model::world::*;
 
-/// What the exploration may spend, and how far the guard's view may lag.
-#[derive(Clone, Debug)]
-pub struct Bounds {
-    /// Initial control planes: this many healthy members, Machines and replicas.
-    pub sizes: Vec<u8>,
-    pub styles: Vec<Style>,
-    /// etcd's member-add rule, by version: before PR #21641 (3.4.23) or with it (3.5.30).
-    pub etcds: Vec<AddMemberRule>,
-    /// The KCP's maxSurge values to start from (1: add before delete in a rollout; 0: delete
-    /// first).
-    pub max_surges: Vec<u8>,
-    /// spec.replicas a person may ask for: 1, 3, 5, up to this.
-    pub max_replicas: u8,
-    /// Members that fail (go down; each may come back).
-    pub failures: u8,
-    pub probe_failures: u8,
-    /// Times KCP loses leadership with a step half done (v0.3: member removed, Machine not).
-    pub crashes: u8,
-    /// Machine deletions and replica changes a person asks for (following the next action is
-    /// not counted).
-    pub person: u8,
-    pub rollouts: u8,
-    /// Machines KCP may create.
-    pub new_machines: u8,
-    /// Objects (Machines, the KCP) the guard's cache may show out of date at once.
-    pub cache_lag: usize,
-    /// etcd changes the guard's latest probe may miss.
-    pub probe_lag: u8,
-    /// Probes a leader election may last (each probe is one election timeout after the last).
-    pub election_probes: u8,
-    /// Members left behind the way kubeadm and KCP leave them: a join that stops (before
-    /// `member add`, after it before the member starts, or before its promotion), or a
-    /// Machine that goes without its member being removed (older KCP).
-    pub leftovers: u8,
-    /// Whether a MachineHealthCheck covers the control plane's Machines at the start (one run
-    /// per value): without one a remediate-machine annotation does nothing, and the next
-    /// action says to create one (a person following it does).
-    pub health_check: Vec<bool>,
-}
-
-/// Planted bugs: each makes the guard (or a person) wrong in one known way, to show that the
-/// properties catch it.
-#[derive(Clone, Debug, Default)]
-pub struct Bugs {
-    /// The webhook keeps no reservations: an allowed deletion or scale-up is invisible to the
-    /// next review until the cache shows it (the race before commit 4841864).
-    pub no_reservations: bool,
-    /// The engine never sees the other pending deletions (the PendingDeletions rule bypassed:
-    /// each deletion judged as if it were the only one).
-    pub blind_to_pending: bool,
-    /// The guard denies deleting a Machine that has no etcd member (the MemberAbsent rule
-    /// replaced by a denial).
-    pub deny_memberless: bool,
-    /// Nobody follows the published next action.
-    pub ignore_next_action: bool,
-    /// The webhook decides on its cached record only, as before the fresh probe (issue 27):
-    /// an allow rests on the last sweep's probe, however old.
-    pub no_fresh_probe: bool,
-    /// Not the guard's: KCP scales up without its health preflight, as the guard's rules
-    /// assume a controller may (a join in any order with the admitted deletions).
-    pub kcp_skips_preflight: bool,
-    /// The published next action waits for a join without `--join-grace`'s end: every
-    /// Machine counts as young for ever.
-    pub wait_without_grace: bool,
-    /// The `PendingJoin` rule as it was before issue 36, for KCP's own deletions: the
-    /// replacement KCP will create after this deletion counts as a member about to join (fewer
-    /// Machines than spec.replicas), though KCP creates no Machine while one is being deleted.
-    /// Planted in the model's guard, not the engine: KCP's deletion is judged again as a
-    /// person's, and when that is denied `PendingJoin`, so is KCP's (the person's
-    /// desired-replicas rule, which the engine exempts controllers from, is not taken over).
-    /// With voting joins and v1.14's order (a refused remediation ends KCP's reconcile), a
-    /// healthy Machine marked for remediation while there are fewer Machines than replicas
-    /// holds KCP for ever.
-    pub pending_join_for_kcp: bool,
-}
+pub use crate::model::bounds::{Bounds, Bugs};
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -134,6 +60,15 @@ pub enum Action {
     /// Older KCP: Machine `m{slot}`, being deleted, goes without its member being removed; the
     /// member's process went with its machine.
     MachineGoesMemberStays(u8),
+    /// The autopilot's sweep of the cluster: re-prove its step in flight, or take the
+    /// published next action on its own fresh probe.
+    Autopilot,
+    /// Only where failures have stopped (the liveness continuation without a person): the
+    /// MachineHealthCheck marks Machine `m{slot}`, which has had no node for longer than its
+    /// `nodeStartupTimeout` (Cluster API v1.14 `needsRemediation` in
+    /// core/reconcilers/machinehealthcheck/machinehealthcheck_targets.go; default 600 s,
+    /// `--join-grace`'s default too), for remediation.
+    NodeStartupTimeout(u8),
 }
 
 /// The words of a step, written only when asked for (printing a counterexample).
@@ -218,6 +153,9 @@ impl Config {
         }
         if !self.bugs.ignore_next_action {
             out.push(Action::Follow);
+        }
+        if s.autopilot.is_some() {
+            out.push(Action::Autopilot);
         }
     }
 
@@ -423,6 +361,8 @@ impl Config {
                     )
                 });
             }
+            Action::Autopilot => self.autopilot(&mut n, explore, say)?,
+            Action::NodeStartupTimeout(slot) => node_startup_timeout(&mut n, *slot, say)?,
             Action::MachineGoesMemberStays(slot) => {
                 n.left.leftovers = n.left.leftovers.checked_sub(1)?;
                 n.machine(*slot).filter(|m| m.deleting)?;
@@ -571,140 +511,4 @@ fn without_health_preflight(view: &KcpView<'_>, then: KcpMove) -> KcpMove {
     } else {
         then
     }
-}
-
-/// A new node's `kubeadm join`, one step at a time. v0.3: the member is added voting (it
-/// counts before it has started), then starts. Current: added as a learner, then promoted.
-/// Adding and promoting need quorum. The Machine gets its node when the member has joined.
-fn join(n: &mut State, slot: u8, say: &mut Say) -> Option<()> {
-    n.machine(slot)
-        .filter(|m| !m.node && !m.deleting && !m.stalled)?;
-    // A watch delivers a new Machine in milliseconds, a node takes minutes to boot and join:
-    // the guard's cache has the Machine before its member appears.
-    n.cached(slot)?;
-    let learner = n.style == Style::Current;
-    match n.member(slot).copied() {
-        // Its member was added and removed since: kubeadm does not add another.
-        None if n.machine(slot)?.member_added => return None,
-        None => {
-            if !n.may_add_member() {
-                return None;
-            }
-            n.machine_mut(slot)?.member_added = true;
-            n.members.push(Mem {
-                slot,
-                learner,
-                started: learner,
-                up: true,
-            });
-            n.members.sort_by_key(|m| m.slot);
-            say.line(|| {
-                format!(
-                    "the node of {} joins etcd: member added{}",
-                    name(slot),
-                    if learner {
-                        " as a learner"
-                    } else {
-                        " (voting, not started yet)"
-                    }
-                )
-            });
-        }
-        Some(m) if !m.up => return None,
-        Some(m) if !m.started => {
-            n.member_mut(slot)?.started = true;
-            n.machine_mut(slot)?.node = true;
-            say.line(|| {
-                format!(
-                    "etcd member {} starts; Machine {0} has its node",
-                    name(slot)
-                )
-            });
-        }
-        Some(m) if m.learner => {
-            if !n.has_quorum() {
-                return None;
-            }
-            n.member_mut(slot)?.learner = false;
-            n.machine_mut(slot)?.node = true;
-            say.line(|| {
-                format!(
-                    "learner {} is promoted; Machine {0} has its node",
-                    name(slot)
-                )
-            });
-        }
-        Some(_) => n.machine_mut(slot)?.node = true,
-    }
-    Some(())
-}
-
-/// The Machine controller finishes a deletion: KCP's pre-terminate hook removes the member
-/// (which needs quorum), the machine is gone, and so is the Machine. The hook finds the member
-/// by its name: one that never started has none and stays behind (cluster-api #13221).
-fn finish_deletion(n: &mut State, slot: u8, say: &mut Say) -> Option<()> {
-    n.machine(slot).filter(|m| m.deleting)?;
-    let member = n.member(slot).is_some_and(|m| m.started);
-    if member {
-        if !n.has_quorum() {
-            return None;
-        }
-        n.members.retain(|m| m.slot != slot);
-    }
-    n.machines.retain(|m| m.slot != slot);
-    say.line(|| {
-        format!(
-            "Machine {} is deleted{}",
-            name(slot),
-            if member {
-                ": the pre-terminate hook removed its etcd member"
-            } else {
-                ""
-            }
-        )
-    });
-    Some(())
-}
-
-/// A leader that is gone starts an election; without quorum there is no leader.
-fn settle_leader(n: &mut State) {
-    if let Some(l) = n.leader {
-        let leads = n.member(l).is_some_and(|m| !m.learner && m.started && m.up);
-        if !leads {
-            n.leader = None;
-            n.election_probes = 0;
-        }
-    }
-    if !n.has_quorum() {
-        n.leader = None;
-        n.election_probes = 0;
-    }
-}
-
-/// A person carries out a published next action that is an etcdctl command the guard's own
-/// follower (guard.rs) does not: `etcdctl member promote ID`. etcd promotes only a learner that
-/// runs (and has caught up), with quorum. The Machine's node registered before its etcd join
-/// (kubeadm's order), so it has its node once the member votes.
-fn follow_etcdctl(n: &mut State, say: &mut Say) -> Option<()> {
-    let action = quorumguard::engine::next_action(
-        &n.enricher_view(),
-        &quorumguard::engine::Policy::default(),
-        NOW,
-    );
-    if action.code != quorumguard::engine::ActionCode::PromoteLearner {
-        return None;
-    }
-    let target = action.target?;
-    let id = u64::from_str_radix(&target, 16).ok()?;
-    let slot = u8::try_from(id.checked_sub(1)?).ok()?;
-    n.member(slot).filter(|m| m.learner && m.started && m.up)?;
-    if !n.has_quorum() {
-        return None;
-    }
-    n.member_mut(slot)?.learner = false;
-    if let Some(m) = n.machine_mut(slot) {
-        m.node = true;
-    }
-    say.line(|| format!("a person follows the next action: etcdctl member promote {target}"));
-    Some(())
 }

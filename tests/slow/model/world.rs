@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use quorumguard::admission::reservations::ReplicaReservation;
+use quorumguard::engine::autopilot::Book;
 use quorumguard::engine::etcd_version::{AddMemberRule, member_add_refusal};
 use quorumguard::engine::kcp::{KcpMachine, MemberFit};
 use quorumguard::engine::{
@@ -172,6 +173,12 @@ pub struct State {
     /// remediates nothing (Cluster API v1.14: only what a MachineHealthCheck marked). The guard
     /// sees it at once (its watch's lag is not modelled).
     pub health_check: bool,
+    /// The autopilot's bookkeeping (`None`: the run has no autopilot).
+    pub autopilot: Option<Book>,
+    /// Ghost: Machines the autopilot deleted that are still there (its steps under way).
+    pub ap_deleting: Vec<u8>,
+    /// Ghost: an autopilot step taken while another of its steps was under way.
+    pub ap_overlap: Option<String>,
 }
 
 pub fn name(slot: u8) -> String {
@@ -250,6 +257,9 @@ impl State {
             probes_since_lost: u8::MAX,
             lost_by: None,
             health_check: true,
+            autopilot: None,
+            ap_deleting: Vec::new(),
+            ap_overlap: None,
         }
     }
 

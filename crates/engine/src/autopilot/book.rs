@@ -136,12 +136,20 @@ impl Book {
             Step::Disarm => !members.iter().any(|m| m.alarms.contains(&Alarm::NoSpace)),
             Step::Compact | Step::Defragment { .. } => true,
         };
-        // After a defragmentation its member answers again: as many healthy as before it.
-        let needed = match f.step {
-            Step::Defragment { .. } => f.proof.before.healthy,
-            _ => f.proof.after.healthy,
+        // The step's own member (promoted, defragmented) healthy, and etcd with its quorum and
+        // every voting member's health known. A member another actor took away meanwhile is
+        // not the step's failure; a quorum lost is, until shown otherwise.
+        let own = match &f.step {
+            Step::Promote { member, .. } | Step::Defragment { member, .. } => {
+                by_id(*member).is_some_and(|m| m.effective_health_ref().is_healthy())
+            }
+            _ => true,
         };
-        let healthy_enough = tally.unknown == 0 && tally.healthy >= needed;
+        let count = super::Count {
+            voting: tally.voting(),
+            healthy: tally.healthy,
+        };
+        let healthy_enough = tally.unknown == 0 && count.keeps_quorum() && own;
         if shown && healthy_enough {
             self.in_flight = None;
             self.failures = 0;

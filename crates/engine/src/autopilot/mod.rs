@@ -8,7 +8,7 @@
 //! one per decision: [`free_space`]) and the `DeleteMachine` of cluster-api #2651. Before every
 //! step it asks the engine again on a probe taken just before acting ([`EtcdBasis::FreshProbe`]):
 //! the next action worked out on that probe must be the published one, and the step must be
-//! proven safe on it ([`proof`]). After the step, the next probe must show what the proof
+//! proven safe on it (`proof.rs`). After the step, the next probe must show what the proof
 //! predicted ([`Book::settle`]).
 //!
 //! Which mode wins, the `serve --autopilot` flag or a KCP's `quorumguard.io/autopilot`

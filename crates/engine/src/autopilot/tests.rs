@@ -551,3 +551,37 @@ fn nothing_on_a_paused_cluster() {
     let r = refused(Ask::on().decide(&c, &c), Why::Paused);
     assert!(r.message.contains("clusterctl move"), "{}", r.message);
 }
+
+#[test]
+fn the_probe_after_a_step_re_proves_it() {
+    let c = stalled_learner(0);
+    let mut ask = Ask::on();
+    let a = acted(ask.decide(&c, &c));
+    ask.book.started(&a, NOW);
+    // Promoted, but down on the probe after: under way within the interval, then a failure.
+    let mut after = c.clone();
+    members_mut(&mut after)[3].is_learner = false;
+    members_mut(&mut after)[3].health = down();
+    let interval = ask.settings.interval;
+    let out = ask.book.settle(&after, interval, NOW + 10);
+    assert!(matches!(out, Some(Outcome::UnderWay(_))), "{out:?}");
+    let out = ask.book.settle(&after, interval, NOW + 300);
+    assert!(
+        matches!(&out, Some(Outcome::Failed(w)) if w.contains("predicted 4 healthy of 4 voting members")),
+        "{out:?}"
+    );
+    assert_eq!((ask.book.failures, ask.book.in_flight.is_none()), (1, true));
+
+    // The #2651 Machine gone, and meanwhile KCP removed another member: the deletion is
+    // re-proven (etcd keeps its quorum; the other member's going is not the step's).
+    let mut c = three();
+    add_machine(&mut c, "m4");
+    let mut ask = Ask::on();
+    let a = acted(ask.decide(&c, &c));
+    ask.book.started(&a, NOW);
+    let mut gone = c.clone();
+    gone.machines.retain(|m| m.name != "m4");
+    members_mut(&mut gone).remove(2);
+    let out = ask.book.settle(&gone, interval, NOW + 10);
+    assert!(matches!(out, Some(Outcome::Succeeded(_))), "{out:?}");
+}
