@@ -8,7 +8,7 @@
 //!
 //! `cargo test --test slow model:: -- --nocapture` prints the figures; a larger run:
 //! `QG_MODEL=big cargo test --test slow model::big_bounds -- --ignored --nocapture`; any bounds:
-//! `QG_MODEL_BOUNDS=person=2 cargo test --test slow model::qg_model_bounds -- --ignored --nocapture`.
+//! `QG_MODEL_BOUNDS=person=2 cargo test --workspace --test slow -- qg_model_bounds --ignored --nocapture`.
 
 mod autopilot;
 mod bounds;

@@ -15,7 +15,7 @@
 //!   through the API server (and so through quorumguard's webhook), only of the object proven
 //!   (UID and resourceVersion preconditions).
 //!
-//! - [`execute`]: one step the engine proved safe, as those calls on the members of the fresh
+//! - [`mod@execute`]: one step the engine proved safe, as those calls on the members of the fresh
 //!   probe it was proven on ([`plan`], pure) and made ([`execute()`]).
 //!
 //! - [`pilot`]: one control plane's turn after a sweep: the step in flight re-proven, the

@@ -199,7 +199,8 @@ impl Prober {
     /// One probe: the member list from the first of `endpoints` that answers, and every
     /// member's status and health in parallel (and the alarm list alongside), all of it ending
     /// by `deadline` from now. The members the previous probe listed, and the alarm list, are
-    /// asked at once, beside the member list; any other member once the list is in ([`early`]).
+    /// asked at once, beside the member list; any other member once the list is in (the
+    /// private module `prober::early` says why that stays true).
     pub async fn probe(
         &self,
         endpoints: &[String],
