@@ -69,10 +69,8 @@ fn summary(r: &StatusReport) -> String {
     )
 }
 
-/// Where the probe's time went, each part to what took it: "member list read in 12 ms, the
-/// members in parallel, slowest m3 in 2001 ms (2013 ms in all)". The members are asked beside
-/// the member list when the previous probe listed them, else after it (`etcd::prober`), so
-/// their time is not said to follow the list's.
+/// Where the probe's time went, each part to what took it: "member list read in 12 ms, then the
+/// members in parallel, slowest m3 in 2001 ms (2013 ms in all)".
 fn timing(p: &super::ProbeOut) -> String {
     let mut out = match p.member_list_ms {
         Some(ms) => format!("member list read in {ms} ms"),
@@ -80,7 +78,7 @@ fn timing(p: &super::ProbeOut) -> String {
     };
     if let (Some(name), Some(ms)) = (&p.slowest_member, p.slowest_member_ms) {
         out.push_str(&format!(
-            ", the members in parallel, slowest {name} in {ms} ms"
+            ", then the members in parallel, slowest {name} in {ms} ms"
         ));
     }
     if let Some(ms) = p.took_ms {

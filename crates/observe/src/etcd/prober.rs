@@ -39,15 +39,12 @@
 //! - `clients`: the client kept per endpoint, dialled under the deadline, and what a failed call
 //!   says;
 //! - `member`: one member's status and linearizable read, judged into its [`Member`];
-//! - `early`: the members the previous probe listed, and the alarm list, asked beside the
-//!   member list rather than after it (one round trip on kept connections, not two);
 //! - `alarms`: etcd's alarms, attached to the member they name;
-//! - here: [`Prober`] and [`probe`]: the member list and every member in parallel, put together
+//! - here: [`Prober`] and [`probe`]: the member list, then every member in parallel, put together
 //!   into a [`Probe`].
 
 mod alarms;
 mod clients;
-mod early;
 mod member;
 
 use std::collections::{HashMap, HashSet};
@@ -56,7 +53,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use etcd_client::{AlarmAction, AlarmResponse, AlarmType, Client};
-use futures::future::{Either, join, join_all, select};
+use futures::future::{Either, join_all, select};
 use futures::stream::{FuturesUnordered, StreamExt};
 use thiserror::Error;
 use tokio::time::{Instant, sleep_until};
@@ -64,7 +61,6 @@ use tokio::time::{Instant, sleep_until};
 use super::endpoints::Transport;
 use alarms::{alarm_of, attach_alarms, parse_alarm};
 use clients::{Kept, call, with_hint};
-use early::{Early, Last, Timed};
 use member::{Report, apply};
 use quorumguard_engine::model::{Alarm, Member};
 
@@ -91,9 +87,8 @@ pub struct Probe {
     /// How long the member list took (from the start, the head starts of slow endpoints
     /// included).
     pub member_list_took: Duration,
-    /// The member whose status and health took longest (asked in parallel, beside the member
-    /// list when the previous probe listed it, else after it), and how long (from when it was
-    /// asked): where the rest of `took` went (a frozen member takes the deadline).
+    /// The member whose status and health took longest (asked in parallel, after the member
+    /// list), and how long: where the rest of `took` went (a frozen member takes the deadline).
     pub slowest_member: Option<(String, Duration)>,
     /// Things a human may want to know that did not stop the probe (an endpoint that did not
     /// answer the member list, a failed alarm list, an alarm naming an unknown member).
@@ -156,8 +151,6 @@ pub struct Prober {
     /// Boxed: an etcd-client `Client` is several KiB inline (one channel handle per gRPC
     /// service), and a map keeps spare slots.
     clients: Mutex<HashMap<String, Box<Kept>>>,
-    /// What the latest successful probe asked, for the next to ask at once ([`early`]).
-    last: Mutex<Last>,
 }
 
 impl fmt::Debug for Prober {
@@ -180,7 +173,6 @@ impl Prober {
             tls,
             transport,
             clients: Mutex::new(HashMap::new()),
-            last: Mutex::new(Last::default()),
         }
     }
 
@@ -196,11 +188,9 @@ impl Prober {
         v
     }
 
-    /// One probe: the member list from the first of `endpoints` that answers, and every
+    /// One probe: the member list from the first of `endpoints` that answers, then every
     /// member's status and health in parallel (and the alarm list alongside), all of it ending
-    /// by `deadline` from now. The members the previous probe listed, and the alarm list, are
-    /// asked at once, beside the member list; any other member once the list is in (the
-    /// private module `prober::early` says why that stays true).
+    /// by `deadline` from now.
     pub async fn probe(
         &self,
         endpoints: &[String],
@@ -214,19 +204,16 @@ impl Prober {
         let timeout_text = format!("no answer within {}", humantime::format_duration(deadline));
         let mut warnings = Vec::new();
 
-        let mut early = self.ask_early(self.last_asked(), start, end, &timeout_text);
-        let (from, list_client, listed, failures) = match early
-            .poll_until(self.member_list(endpoints, start, deadline))
-            .await
-        {
-            Ok(found) => found,
-            Err(e) => {
-                // Keep the listeners of the endpoints asked, drop any others.
-                self.transport
-                    .retain(&endpoints.iter().map(String::as_str).collect());
-                return Err(e);
-            }
-        };
+        let (from, list_client, listed, failures) =
+            match self.member_list(endpoints, start, deadline).await {
+                Ok(found) => found,
+                Err(e) => {
+                    // Keep the listeners of the endpoints asked, drop any others.
+                    self.transport
+                        .retain(&endpoints.iter().map(String::as_str).collect());
+                    return Err(e);
+                }
+            };
         let member_list_took = start.elapsed();
         for f in failures {
             warnings.push(format!("member list: {f}"));
@@ -234,17 +221,9 @@ impl Prober {
 
         let mut members: Vec<Member> = listed.iter().map(listed_member).collect();
         let (targets, target_errors) = self.targets(&members);
-        let asked = Asked {
-            members: &members,
-            targets: &targets,
-            matched: early.matches(&members, &targets),
-            from: &from,
-            list_client,
-        };
         let (reports, member_took, alarms) = self
-            .ask_members(asked, early, start, end, &timeout_text)
+            .ask_members(&members, &targets, list_client, start, end, &timeout_text)
             .await;
-        self.remember(&members, &targets, &from);
         let slowest_member = slowest(&members, &targets, &member_took);
         let alarms = self.listed_alarms(alarms, &from, &mut warnings);
         let status_alarms = apply_reports(
@@ -289,14 +268,13 @@ impl Prober {
     }
 
     /// Every member with a target asked for its status and health in parallel, and the alarm
-    /// list alongside, all by `end`: each member's report (`None`: no target) and how long it
-    /// took, and the alarm list. A member an early question serves takes its answer; the others
-    /// are asked now; the alarm list is the early one when it serves this member list, else (or
-    /// when it failed) asked of the endpoint that answered the list.
+    /// list from `list_client` alongside, all by `end`: each member's report (`None`: no
+    /// target) and how long it took, and the alarm list.
     async fn ask_members(
         &self,
-        asked: Asked<'_>,
-        early: Early<'_>,
+        members: &[Member],
+        targets: &[Option<String>],
+        list_client: Client,
         start: Instant,
         end: Instant,
         timeout_text: &str,
@@ -305,49 +283,18 @@ impl Prober {
         Vec<Duration>,
         Result<AlarmResponse, String>,
     ) {
-        let Asked {
-            members,
-            targets,
-            matched,
-            from,
-            list_client,
-        } = asked;
-        let wanted = matched.iter().flatten().copied().collect();
-        let (early_reports, early_alarms) = early.finish(wanted, from);
-        let now = join_all(members.iter().zip(targets).zip(&matched).map(
-            |((m, target), matched)| async move {
-                match (target, matched) {
-                    (Some(url), None) => {
-                        let asked = Instant::now();
-                        let report = self
-                            .probe_member(url, m.is_learner, start, end, timeout_text)
-                            .await;
-                        Some((report, asked.elapsed()))
-                    }
-                    _ => None,
-                }
-            },
-        ));
-        let reports = async {
-            let (mut early, now) = join(early_reports, now).await;
-            now.into_iter()
-                .zip(&matched)
-                .map(|(asked_now, matched)| {
-                    let timed: Option<Timed> =
-                        asked_now.or_else(|| matched.and_then(|j| early.get_mut(j)?.take()));
-                    match timed {
-                        Some((report, took)) => (Some(report), took),
-                        None => (None, Duration::ZERO),
-                    }
-                })
-                .collect::<Vec<_>>()
-        };
+        let reports = join_all(members.iter().zip(targets).map(|(m, target)| async move {
+            let asked = Instant::now();
+            let report = match target {
+                Some(url) => Some(
+                    self.probe_member(url, m.is_learner, start, end, timeout_text)
+                        .await,
+                ),
+                None => None,
+            };
+            (report, asked.elapsed())
+        }));
         let alarms = async {
-            if let Some(early) = early_alarms
-                && let Ok(answer) = early.await
-            {
-                return Ok(answer);
-            }
             let mut client = list_client;
             call(
                 end,
@@ -489,16 +436,6 @@ impl Prober {
             .collect();
         Err(ProbeError::MemberList { attempts })
     }
-}
-
-/// The members of a probe's list, where each is asked, which early question serves each, and
-/// the endpoint that answered the list with its client.
-struct Asked<'a> {
-    members: &'a [Member],
-    targets: &'a [Option<String>],
-    matched: Vec<Option<usize>>,
-    from: &'a str,
-    list_client: Client,
 }
 
 /// A member of the member list as the engine's [`Member`], its health not known yet.
