@@ -11,9 +11,8 @@
 #      kube-apiserver, the model check), and every other binary but leader_changes (each crate's
 #      unit tests and tests/it, the root's tests/it; no crate has doc tests). The slow tests wait
 #      on etcd and on timeouts far more than they compute (load average ~1.3 of 2 cores when they
-#      ran alone); the machine runs at most two etcd clusters at a time whichever lane starts
-#      them (testkit's slots, lock files shared by every test process), so a lane takes both
-#      while the other has none running.
+#      ran alone); each test process runs one etcd cluster at a time and the machine two
+#      (testkit's slots), so the two lanes run at most two.
 #   2. tests/leader_changes alone: it needs the machine to itself (docs/development.md).
 # The slow lane's output is printed when it ends (in full if it failed).
 set -euo pipefail

@@ -1,10 +1,12 @@
 //! The tests' etcd: [`quorumguard::playground::etcd::EtcdCluster`] (a real etcd cluster on
 //! 127.0.0.1 with TLS; see there), with what only tests want on top:
 //!
-//! - At most one cluster runs per test process (one binary) at a time (a global slot held by the
-//!   cluster): the machines are 2-core, and etcd's 500 ms election timeout must not be starved
-//!   into spurious elections by parallel tests. For the same reason, 1 to 4 members, and a test
-//!   that keeps the cores busy holds the slot too ([`busy`]).
+//! - At most one cluster runs per test process (one binary) at a time, and at most
+//!   [`SLOTS`] on the machine, whichever test processes start them (a [`Slot`] held by the
+//!   cluster: this process's, then one of the machine's lock files): the machines are 2-core,
+//!   and etcd's 500 ms election timeout must not be starved into spurious elections by parallel
+//!   tests. For the same reason, 1 to 4 members, and a test that keeps the cores busy holds a
+//!   slot too ([`busy`]).
 //! - Every failure fails the test: the methods below are the library's, panicking with its
 //!   error (which names the member, its port and its log) instead of returning it. The rest of
 //!   the library's methods are reached through `Deref`.
@@ -21,7 +23,7 @@ use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use http_body_util::Full;
@@ -48,8 +50,16 @@ const SLOT_WAIT: Duration = Duration::from_secs(40 * 60);
 /// ends (the kernel drops the lock with the file), so a crashed test never keeps a slot.
 #[must_use = "the slot is released when dropped"]
 pub struct Slot {
+    // Dropped in this order: the machine's slot, then this process's.
     _file: File,
+    _in_process: MutexGuard<'static, ()>,
 }
+
+/// One slot per test process as well: the tests of one binary run at once, and two etcd
+/// clusters (or a cluster and a busy computation) of one binary at once starved the playground's
+/// stories and the real API server's Lease renewals on 2 cores (CI's runs of 2026-12-07 failed
+/// the truth check of two stories and a Lease test with the slow lane running two at once).
+static IN_PROCESS: Mutex<()> = Mutex::new(());
 
 fn slot_count() -> usize {
     std::env::var("QUORUMGUARD_TEST_SLOTS")
@@ -68,6 +78,7 @@ fn slot_dir() -> PathBuf {
 /// Takes a free slot, waiting (polling every 100 ms, at most [`SLOT_WAIT`]) while every one is
 /// held.
 fn take_slot() -> Slot {
+    let in_process = IN_PROCESS.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = slot_dir();
     let n = slot_count();
     let started = Instant::now();
@@ -84,7 +95,10 @@ fn take_slot() -> Slot {
             let taken =
                 unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
             if taken {
-                return Slot { _file: file };
+                return Slot {
+                    _file: file,
+                    _in_process: in_process,
+                };
             }
         }
         assert!(

@@ -7,9 +7,9 @@
 //!
 //! - [`budgets`]: the budgets CI holds (allocations, copies of cached objects, etcd and API
 //!   requests per review, probe and sweep), counted, never timed, and the counting allocator;
-//! - [`etcd`]: real etcd clusters on 127.0.0.1 with TLS, at most two on the machine at a time
-//!   whichever test processes start them (slots: the machines are 2-core and etcd's election
-//!   timeout must not be starved), failing
+//! - [`etcd`]: real etcd clusters on 127.0.0.1 with TLS, at most one per test process and two
+//!   on the machine at a time (slots: the machines are 2-core and etcd's election timeout must
+//!   not be starved), failing
 //!   the test on every error and printing the members' logs when it panics;
 //! - [`envtest`]: a real kube-apiserver (envtest's assets) with the Cluster API CRDs, one per test
 //!   process at a time (its own slot, always taken before the etcd slot), and `quorumguard serve`
