@@ -690,7 +690,7 @@ async fn serve_as_the_service_account_has_the_permissions_it_needs() {
     // The server's view: every kind of request it made, answered 2xx; none refused. A
     // successful `get leases` is the holder's first renewal (its first get found no Lease and
     // created one): on a loaded machine it may come after everything else, so the audit log is
-    // read again until every kind is there (every 500 ms, at most `envtest::WAIT`).
+    // read again until every kind is there (`envtest::poll`, at most `envtest::WAIT`).
     let expected = [
         ("list", "machines"),
         ("watch", "machines"),
@@ -710,12 +710,15 @@ async fn serve_as_the_service_account_has_the_permissions_it_needs() {
             .iter()
             .any(|(v, _, r, code)| v == verb && r == resource && (200..300).contains(code))
     };
-    let waited = std::time::Instant::now();
-    let mut requests = requests_of(&world.env, SERVICE_ACCOUNT);
-    while !expected.iter().all(|(v, r)| done(&requests, v, r)) && waited.elapsed() < envtest::WAIT {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        requests = requests_of(&world.env, SERVICE_ACCOUNT);
-    }
+    let all_there = |requests: &[(String, String, String, i64)]| {
+        expected.iter().all(|(v, r)| done(requests, v, r))
+    };
+    let requests = envtest::poll(envtest::WAIT, || async {
+        let requests = requests_of(&world.env, SERVICE_ACCOUNT);
+        all_there(&requests).then_some(requests)
+    })
+    .await
+    .unwrap_or_else(|| requests_of(&world.env, SERVICE_ACCOUNT));
     for (verb, resource) in expected {
         assert!(
             done(&requests, verb, resource),

@@ -257,8 +257,9 @@ impl EtcdActor {
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let name = if member.name.is_empty() {
-            format!("{} (not started)", member.id)
+        // As the engine's words name a member: its name and id, or "(unstarted <id>)".
+        let name = if member.is_unstarted() {
+            member.display_name()
         } else {
             format!("{} ({})", member.name, member.id)
         };
