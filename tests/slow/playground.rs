@@ -8,6 +8,7 @@
 //! kubeconfig (a delete denied, describe showing the conditions), and Ctrl-C stopping every
 //! process it started.
 
+mod autopilot;
 mod prediction;
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -295,6 +295,7 @@ impl Webhook {
             },
             note,
             requester: user.clone(),
+            audit: false,
         });
     }
 }

@@ -70,6 +70,9 @@ pub enum Did {
     /// Proven safe, but [`Pilot::max_acting`] clusters are acting already: the next sweep
     /// decides again.
     FleetBusy { step: Step, message: String },
+    /// Proven safe, but this replica stopped holding the Lease before acting: the new holder
+    /// decides on its own probe.
+    NotLeading { step: Step },
 }
 
 /// A turn's outcome: the step in flight re-proven (or not), then what was done.
@@ -88,6 +91,8 @@ pub struct Pilot {
     books: Mutex<HashMap<String, Book>>,
     acting: Semaphore,
     max_acting: usize,
+    /// Asked right before every action: whether this replica still holds the Lease.
+    leading: Box<dyn Fn() -> bool + Send + Sync>,
 }
 
 fn mode_code(mode: Mode) -> u8 {
@@ -117,7 +122,15 @@ impl Pilot {
             books: Mutex::new(HashMap::new()),
             acting: Semaphore::new(max_acting),
             max_acting,
+            leading: Box::new(|| true),
         }
+    }
+
+    /// Acts only while `leading` says this replica holds the Lease (asked right before each
+    /// action; by default, always).
+    pub fn with_leading(mut self, leading: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        self.leading = Box::new(leading);
+        self
     }
 
     pub fn max_acting(&self) -> usize {
@@ -182,6 +195,7 @@ impl Pilot {
                 at_unix,
                 message,
             },
+            Decision::Act(act) if !(self.leading)() => Did::NotLeading { step: act.step },
             Decision::Act(act) => match self.acting.try_acquire() {
                 Err(_) => Did::FleetBusy {
                     message: format!(

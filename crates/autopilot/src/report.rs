@@ -27,6 +27,19 @@ pub struct EventNote {
 }
 
 impl EventNote {
+    /// Whether it records something the autopilot did (an action, its failure, or what the
+    /// probe after it showed), rather than what it would do or why it waits: a record is never
+    /// dropped by the Event publisher's limits.
+    pub fn is_record(&self) -> bool {
+        matches!(
+            self.reason,
+            "AutopilotActed"
+                | "AutopilotActionFailed"
+                | "AutopilotStepConfirmed"
+                | "AutopilotStepNotConfirmed"
+        )
+    }
+
     fn normal(reason: &'static str, note: String) -> Self {
         EventNote {
             warning: false,
@@ -116,7 +129,7 @@ impl Report {
                     out.push(EventNote::warning("AutopilotRefused", message.clone()))
                 }
             }
-            Did::Refused { .. } => {}
+            Did::Refused { .. } | Did::NotLeading { .. } => {}
         }
         out
     }
@@ -132,7 +145,7 @@ impl Report {
             )),
             Did::DryRun { step, .. } => out.push((step_label(step), "dry_run")),
             Did::FleetBusy { step, .. } => out.push((step_label(step), "fleet_busy")),
-            Did::Refused { .. } => {}
+            Did::Refused { .. } | Did::NotLeading { .. } => {}
         }
         out
     }

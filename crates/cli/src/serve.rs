@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use crate::server::StatusConfig;
+use crate::server::autopilot::AutopilotArgs;
 use crate::server::{self, ServeConfig};
 use quorumguard_engine::{
     Confirmation, DEFAULT_KCP_CONTROLLER, DEFAULT_TEARDOWN, OnUnknownHealth, Policy,
@@ -214,6 +215,8 @@ pub struct ServeArgs {
     /// Time between two attempts to take or renew the Lease.
     #[arg(long, env = "QUORUMGUARD_LEASE_RETRY_PERIOD", default_value = "2s", value_parser = super::duration)]
     pub lease_retry_period: Duration,
+    #[command(flatten)]
+    pub autopilot: AutopilotArgs,
 }
 
 impl ServeArgs {
@@ -271,6 +274,7 @@ impl ServeArgs {
                     )
                 }),
             }),
+            autopilot: self.autopilot.config(),
         }
     }
 
@@ -285,6 +289,7 @@ impl ServeArgs {
 
     /// Rejects lease timings that would let two replicas write at once.
     fn check(&self) -> anyhow::Result<()> {
+        self.autopilot.check(self.no_probe, self.no_status)?;
         let ordered = self.lease_retry_period < self.lease_renew_deadline
             && self.lease_renew_deadline < self.lease_duration;
         let fresh = self.fresh_probe_timeout;

@@ -14,6 +14,7 @@ use kube::Client;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use quorumguard_admission::events::EventSink;
 use quorumguard_admission::{Webhook, events};
 use quorumguard_engine::Policy;
 use quorumguard_observe::etcd::fresh::FreshProbes;
@@ -25,9 +26,11 @@ use quorumguard_status::metrics::EnricherMetrics;
 use quorumguard_status::publish::{self, PublishConfig, Publisher};
 use quorumguard_telemetry::{Metrics, Readiness, admin_router};
 
+pub mod autopilot;
 mod background;
 mod https;
 
+use autopilot::{Autopilot, AutopilotConfig};
 pub use background::ENRICHER_NICE;
 use background::spawn_background;
 use https::bounded;
@@ -91,6 +94,8 @@ pub struct ServeConfig {
     pub sweep: Option<SweepConfig>,
     /// Publish conditions into KCP status after each sweep (needs `sweep`). `None`: probe only.
     pub status: Option<StatusConfig>,
+    /// The autopilot (needs `sweep` and `status`). `None`: off.
+    pub autopilot: Option<AutopilotConfig>,
 }
 
 /// How the status enricher publishes.
@@ -168,10 +173,11 @@ pub struct Running {
 pub async fn start(config: ServeConfig, client: Client) -> Result<Running, ServerError> {
     let mut s = Starting::new(client);
     s.start_watches();
-    let enricher = s.start_enricher(&config);
+    let events = s.event_sink(&config);
+    let enricher = s.start_enricher(&config, events.clone());
     let tls_config = s.load_tls(&config).await?;
     s.start_cert_watches(&config, &tls_config);
-    let webhook = s.webhook(&config, enricher.fresh);
+    let webhook = s.webhook(&config, enricher.fresh, events);
     let admin_addr = s.start_admin(&config).await?;
     let (addr, handle, server) = s.start_https(&config, &webhook, tls_config).await?;
     s.readiness.set_accepting(true);
@@ -254,7 +260,7 @@ impl Starting {
     /// With `config.sweep`: the fresh probes, the status publisher (and its Lease) when
     /// `config.status` asks for one, readiness's wait for the first sweep, and the enricher on
     /// its own thread. Without: readiness does not wait for a sweep.
-    fn start_enricher(&mut self, config: &ServeConfig) -> Enricher {
+    fn start_enricher(&mut self, config: &ServeConfig, events: Option<EventSink>) -> Enricher {
         let Some(cfg) = config.sweep.clone() else {
             // etcd is not probed: there is no sweep to wait for.
             self.readiness.set_swept(true);
@@ -286,6 +292,26 @@ impl Starting {
             self.state.clone(),
             enricher_metrics.clone(),
         )));
+        // The autopilot acts on the Lease holder only, so only with a status writer.
+        let autopilot = match (&config.autopilot, &fresh, &leadership) {
+            (Some(ap), Some(fresh), Some(l)) => Some(Autopilot::new(
+                ap,
+                config.policy.clone(),
+                fresh.clone(),
+                probers.clone(),
+                self.client.clone(),
+                l.clone(),
+                events,
+                &self.metrics,
+            )),
+            (Some(_), ..) => {
+                tracing::error!(
+                    "--autopilot needs etcd probing and status publishing: the autopilot is off"
+                );
+                None
+            }
+            _ => None,
+        };
         let (c, s, policy) = (
             self.client.clone(),
             self.state.clone(),
@@ -302,6 +328,7 @@ impl Starting {
                     enricher_metrics,
                     probers,
                     Some(first_tx),
+                    autopilot,
                 )
             }));
         Enricher {
@@ -400,10 +427,10 @@ impl Starting {
         ));
     }
 
-    /// The webhook over the caches, with the Events publisher when `config.events` asks for one
-    /// and the fresh probes when etcd is probed.
-    fn webhook(&self, config: &ServeConfig, fresh: Option<Arc<FreshProbes>>) -> Arc<Webhook> {
-        let sink = config.events.then(|| {
+    /// The Events publisher, when `config.events` asks for one (the webhook's and the
+    /// autopilot's).
+    fn event_sink(&self, config: &ServeConfig) -> Option<EventSink> {
+        config.events.then(|| {
             let verified = config.client_auth.is_some();
             events::spawn(
                 self.client.clone(),
@@ -412,7 +439,17 @@ impl Starting {
                 &self.metrics,
                 verified,
             )
-        });
+        })
+    }
+
+    /// The webhook over the caches, with the Events publisher `sink` and the fresh probes when
+    /// etcd is probed.
+    fn webhook(
+        &self,
+        config: &ServeConfig,
+        fresh: Option<Arc<FreshProbes>>,
+        sink: Option<EventSink>,
+    ) -> Arc<Webhook> {
         let mut webhook = Webhook::new(
             self.state.clone(),
             config.policy.clone(),

@@ -39,8 +39,8 @@ pub use mhc::{
     health_checks_of, is_health_check, parse_health_check,
 };
 pub use objects::{
-    CapiCluster, CapiKcp, CapiMachine, cluster_from_parts, kcp_from_parts, machine_from_parts,
-    scale_replicas, starts_rollout,
+    CapiCluster, CapiKcp, CapiMachine, Identity, cluster_from_parts, kcp_from_parts,
+    machine_from_parts, scale_replicas, starts_rollout,
 };
 pub use parts::ObjectParts;
 

@@ -69,6 +69,7 @@ use super::realapi::Assets;
 use super::webhooks::{SERVICE_DNS_NAME, WebhookDispatcher, WebhookTarget};
 use crate::engine::model::{DEFAULT_KCP_CONTROLLER, Policy};
 use crate::server;
+use crate::server::autopilot::AutopilotConfig;
 use child_serve::ChildPlan;
 use files::{WebhookCerts, webhook_certs};
 use objects::{seed, seed_health_check};
@@ -183,6 +184,11 @@ pub struct WorldOptions {
     /// Seed a MachineHealthCheck that covers the control-plane Machines (default true):
     /// without one the remediate-machine annotation does nothing, as in Cluster API.
     pub health_check: bool,
+    /// quorumguard's autopilot (in-process serve only; `None`: off, the default).
+    pub autopilot: Option<AutopilotConfig>,
+    /// Extra flags for every etcd member (e.g. a small `--quota-backend-bytes`, so that a
+    /// story can fill the database until etcd raises NOSPACE).
+    pub etcd_flags: Vec<String>,
 }
 
 /// The most members (and Machines) a world starts with.
@@ -209,6 +215,8 @@ impl WorldOptions {
             replicas: None,
             version: OLD_VERSION,
             health_check: true,
+            autopilot: None,
+            etcd_flags: Vec::new(),
         }
     }
 }
@@ -418,6 +426,7 @@ async fn start_etcd(
     let etcd_options = EtcdOptions {
         parent_dir: Some(options.dir.clone()),
         names: names.clone(),
+        flags: options.etcd_flags.clone(),
         ..EtcdOptions::new(n)
     };
     let etcd = tokio::task::spawn_blocking(move || EtcdCluster::start_with(etcd_options))

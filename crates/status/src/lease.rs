@@ -25,6 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, PostParams};
+use quorumguard_engine::autopilot::ANNOTATION_AUTOPILOT;
 use tokio::sync::watch;
 
 /// Where the Lease lives, who we are, and the timing (client-go's defaults: 15 s, 10 s, 2 s).
@@ -109,6 +110,9 @@ struct Shared {
     until: Mutex<Option<Instant>>,
     /// `true` while leader; receivers see takeovers and losses.
     tx: watch::Sender<bool>,
+    /// The Lease's annotation `quorumguard.io/autopilot` as last read (the autopilot's live kill
+    /// switch: `Some` of anything but `on` holds every action back).
+    autopilot: Mutex<Option<String>>,
 }
 
 impl Leadership {
@@ -119,6 +123,7 @@ impl Leadership {
             inner: Arc::new(Shared {
                 until: Mutex::new(None),
                 tx,
+                autopilot: Mutex::new(None),
             }),
         }
     }
@@ -148,6 +153,29 @@ impl Leadership {
             .until
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The Lease's annotation [`ANNOTATION_AUTOPILOT`] as the elector last read it (`None`
+    /// without one, or without an elector): the fleet-wide kill switch of the autopilot, read
+    /// at every renewal (every `retry_period`), so `kubectl annotate lease ...
+    /// quorumguard.io/autopilot=off` stops every action from the next sweep on.
+    pub fn autopilot_annotation(&self) -> Option<String> {
+        self.inner
+            .autopilot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_autopilot_annotation(&self, value: Option<&String>) {
+        let mut a = self
+            .inner
+            .autopilot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if a.as_ref() != value {
+            a.clone_from(&value.cloned());
+        }
     }
 
     /// Changes of leadership: `true` on taking over, `false` on losing it.
@@ -352,6 +380,13 @@ impl Elector {
                 Err(e) => Err(self.write_error(e)),
             };
         };
+        self.leadership.set_autopilot_annotation(
+            lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_AUTOPILOT)),
+        );
         let spec = lease.spec.clone().unwrap_or_default();
         let observed_at = self.observe(spec.clone());
         let holder = spec.holder_identity.as_deref().unwrap_or("");

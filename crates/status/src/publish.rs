@@ -45,7 +45,7 @@ use document::{existing_conditions, set_conditions};
 use quorumguard_engine::Policy;
 use quorumguard_observe::state::{ClusterState, Key, Kind, watch::api_resource};
 
-pub use enricher::{enrich, figures};
+pub use enricher::{BeforePublish, enrich, figures};
 pub use snapshot::{Snapshot, rollouts, snapshots};
 
 /// How the writer behaves.

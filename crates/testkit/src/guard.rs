@@ -58,6 +58,7 @@ pub fn serve_config(
             ..SweepConfig::default()
         }),
         status,
+        autopilot: None,
     }
 }
 

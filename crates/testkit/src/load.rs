@@ -230,6 +230,7 @@ impl Servers {
             // Health is set below, as a sweep would set it; the prober has its own benchmark.
             sweep: None,
             status: None,
+            autopilot: None,
         };
         let running = server::start(config, api.client()?).await?;
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -12,6 +12,7 @@ fn notice(name: &str, note: &str) -> Notice {
         action: "Delete".into(),
         note: note.into(),
         requester: "jane".into(),
+        audit: false,
     }
 }
 
@@ -69,6 +70,23 @@ fn events_are_limited_per_requester_and_per_object() {
         })
         .count();
     assert_eq!(forged as u32, PER_OBJECT_BURST);
+}
+
+#[test]
+fn records_of_what_the_autopilot_did_pass_every_limit() {
+    let t = Instant::now();
+    let mut limits = Limits::new();
+    // The object's burst used up by notices that are not records.
+    let used = admitted(&mut limits, "quorumguard-autopilot", "kcp", 40, t);
+    assert_eq!(used as u32, PER_OBJECT_BURST);
+    assert_eq!(limits.admit(&notice("kcp", "x"), t), Err("object_limit"));
+    // A record of an action still goes out, and takes no token from the others.
+    let mut record = notice("kcp", "Autopilot promotes learner m4");
+    record.requester = "quorumguard-autopilot".into();
+    record.audit = true;
+    for _ in 0..PER_REQUESTER_BURST + PER_OBJECT_BURST {
+        assert_eq!(limits.admit(&record, t), Ok(()));
+    }
 }
 
 #[test]

@@ -120,6 +120,7 @@ fn test_config(pki: &TestPki, policy: Policy) -> ServeConfig {
         // These tests set etcd health themselves; live_health.rs probes real etcd.
         sweep: None,
         status: None,
+        autopilot: None,
     }
 }
 

@@ -15,6 +15,7 @@ use super::{
     GROUP_CLUSTER, GROUP_CONTROL_PLANE, KIND_CLUSTER, KIND_KCP, KIND_MACHINE, ObjectParts,
     ObjectRef, split_type,
 };
+use quorumguard_engine::autopilot::ANNOTATION_AUTOPILOT;
 use quorumguard_engine::{
     Cluster, EtcdTopology, Kcp, LABEL_CLUSTER_NAME, LABEL_CONTROL_PLANE, LABEL_CONTROL_PLANE_NAME,
     Machine,
@@ -43,6 +44,24 @@ pub struct CapiMachine {
     pub internal_ips: Vec<String>,
     /// `metadata.labels`: what a MachineHealthCheck's selector matches.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Which object it is: the autopilot deletes only the Machine it proved memberless.
+    pub identity: Identity,
+}
+
+/// `metadata.uid` and `metadata.resourceVersion` as cached.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+impl Identity {
+    fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Identity {
+        Identity {
+            uid: meta.uid.clone(),
+            resource_version: meta.resource_version.clone(),
+        }
+    }
 }
 
 /// A KubeadmControlPlane with the Cluster it names.
@@ -55,6 +74,11 @@ pub struct CapiKcp {
     pub cluster_name: Option<String>,
     /// `metadata.generation`: the published conditions' `observedGeneration`.
     pub generation: Option<i64>,
+    /// `metadata.uid`: the KCP's Events name it, so `kubectl describe` finds them.
+    pub uid: Option<String>,
+    /// Annotation `quorumguard.io/autopilot`, as written (the engine reads it:
+    /// `quorumguard_engine::autopilot::Mode::effective`).
+    pub autopilot: Option<String>,
 }
 
 /// A Cluster with the control plane it points to.
@@ -138,6 +162,7 @@ pub fn machine_from_parts(p: &ObjectParts) -> Result<CapiMachine, CapiError> {
         control_plane_name,
         internal_ips,
         labels: labels.cloned().unwrap_or_default(),
+        identity: Identity::of(meta),
     })
 }
 
@@ -217,6 +242,12 @@ pub fn kcp_from_parts(p: &ObjectParts) -> Result<CapiKcp, CapiError> {
         kcp,
         cluster_name,
         generation: meta.generation,
+        uid: meta.uid.clone(),
+        autopilot: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_AUTOPILOT))
+            .cloned(),
     })
 }
 

@@ -181,6 +181,11 @@ impl Prober {
         &self.transport
     }
 
+    /// The client certificate and CA it presents and trusts.
+    pub fn tls(&self) -> &ClientTls {
+        &self.tls
+    }
+
     /// The endpoints a client is kept for, sorted (for tests and debugging).
     pub fn cached_endpoints(&self) -> Vec<String> {
         let mut v: Vec<String> = self.lock().keys().cloned().collect();

@@ -121,6 +121,12 @@ impl Probers {
         drop(gone);
     }
 
+    /// The kept prober of cluster `key` (`(namespace, cluster)`), once a sweep made one: the
+    /// autopilot acts over its transport and with its client certificate.
+    pub fn prober(&self, key: &Key) -> Option<Arc<Prober>> {
+        self.lock().get(key).map(|k| k.prober.clone())
+    }
+
     fn get(&self, key: &Key) -> Option<Kept> {
         self.lock().get(key).cloned()
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::{ClusterState, Key, Kind, copy_out};
-use crate::capi::{CapiMachine, health_checks_of};
+use crate::capi::{CapiMachine, Identity, health_checks_of};
 use quorumguard_engine::{Cluster, ControlPlane, EtcdState, HealthChecks};
 
 /// One workload cluster whose etcd the prober should read.
@@ -23,6 +23,16 @@ pub struct ProbeTarget {
     /// Node names (`status.nodeRef.name`) of its control-plane Machines, sorted: the port-forward
     /// transport asks pods `kube-system/etcd-<node>` for the member list.
     pub node_names: Vec<String>,
+}
+
+/// What the autopilot reads of a cached KCP ([`ClusterState::kcp_for_autopilot`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KcpForAutopilot {
+    /// Annotation `quorumguard.io/autopilot`, as written.
+    pub annotation: Option<String>,
+    /// `controlplane.cluster.x-k8s.io/<version>` as cached.
+    pub api_version: String,
+    pub uid: Option<String>,
 }
 
 /// Why no control plane could be built for a review.
@@ -155,6 +165,32 @@ impl ClusterState {
         let mut v: Vec<Key> = idx.kcps.keys().cloned().collect();
         v.sort();
         v
+    }
+
+    /// What the autopilot reads of KCP `namespace/name` as cached: its annotation
+    /// `quorumguard.io/autopilot` and the object that carries it (kind, API version, UID) for
+    /// its Events; `None` when the KCP is not cached.
+    pub fn kcp_for_autopilot(&self, namespace: &str, name: &str) -> Option<KcpForAutopilot> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        idx.kcps
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|k| KcpForAutopilot {
+                annotation: k.autopilot.clone(),
+                api_version: format!(
+                    "{}/{}",
+                    crate::capi::GROUP_CONTROL_PLANE,
+                    k.version.as_str()
+                ),
+                uid: k.uid.clone(),
+            })
+    }
+
+    /// `metadata.uid` and `metadata.resourceVersion` of Machine `namespace/name` as cached.
+    pub fn machine_identity(&self, namespace: &str, name: &str) -> Option<Identity> {
+        let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
+        idx.machines
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|m| m.identity.clone())
     }
 
     /// Whether a Machine is in the cache, and whether it shows a deletionTimestamp.

@@ -25,7 +25,7 @@ use index::{Index, key_of};
 use probes::Origin;
 use quorumguard_engine::Belief;
 
-pub use lookup::{Lookup, ProbeTarget};
+pub use lookup::{KcpForAutopilot, Lookup, ProbeTarget};
 pub use probes::{HealthEntry, ProbeTiming};
 
 /// `(namespace, name)`.

@@ -227,6 +227,7 @@ pub(super) fn serve_config(options: &WorldOptions, certs: &WebhookCerts) -> Serv
             publish: PublishConfig::default(),
             lease: None,
         }),
+        autopilot: options.autopilot.clone(),
     }
 }
 

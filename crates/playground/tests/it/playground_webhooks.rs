@@ -161,6 +161,7 @@ async fn world() -> World {
         // Health stays unknown until a test sets it.
         sweep: None,
         status: None,
+        autopilot: None,
     };
     let running = server::start(config, api.client().expect("client"))
         .await

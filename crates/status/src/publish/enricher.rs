@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use kube::Client;
 
-use super::snapshot::snapshots_yielding;
+use super::snapshot::{Snapshot, snapshots_yielding};
 use super::{Publisher, Summary};
 use crate::metrics::{ClusterFigures, EnricherMetrics};
 use quorumguard_engine::quorum::Tally;
@@ -61,6 +61,28 @@ fn release_freed_memory() {
     }
 }
 
+/// Work done after a sweep's snapshots are taken and before they are published, on the replica
+/// that writes status only (the Lease holder): the autopilot's turns. It may change what is
+/// published (a dry run's words in the next action).
+#[allow(async_fn_in_trait)] // used generically inside the workspace, never as `dyn` or Send-bounded
+pub trait BeforePublish {
+    async fn before_publish(&mut self, state: &ClusterState, snapshots: &mut [Snapshot]);
+}
+
+/// Nothing between the snapshots and their publication.
+impl BeforePublish for () {
+    async fn before_publish(&mut self, _: &ClusterState, _: &mut [Snapshot]) {}
+}
+
+/// The hook when there is one.
+impl<H: BeforePublish> BeforePublish for Option<H> {
+    async fn before_publish(&mut self, state: &ClusterState, snapshots: &mut [Snapshot]) {
+        if let Some(h) = self {
+            h.before_publish(state, snapshots).await;
+        }
+    }
+}
+
 /// The status enricher: the replica's sweep loop ([`Cycle`], which owns the schedule) with,
 /// after each sweep, the metrics and, when leading, the publication; a change of leadership
 /// starts the next round at once. `first_sweep` is told when the first sweep after the caches
@@ -68,9 +90,10 @@ fn release_freed_memory() {
 /// ([`quorumguard_observe::etcd::fresh`]). After each sweep every KCP is snapshotted once
 /// ([`super::Snapshot`]) under `policy` (the webhook's): its rollout prediction for
 /// `quorumguard_rollout_ready`, its fingerprint and its conditions are read from that one
-/// snapshot.
+/// snapshot. `hook` runs between the snapshots and their publication while this replica writes
+/// status ([`BeforePublish`]).
 #[allow(clippy::too_many_arguments)]
-pub async fn enrich(
+pub async fn enrich<H: BeforePublish>(
     client: Client,
     state: Arc<ClusterState>,
     sweep: SweepConfig,
@@ -79,6 +102,7 @@ pub async fn enrich(
     metrics: Arc<EnricherMetrics>,
     probers: Arc<Probers>,
     first_sweep: Option<tokio::sync::oneshot::Sender<()>>,
+    hook: H,
 ) {
     let leadership = publisher.as_ref().map(|p| p.leadership().subscribe());
     let cycle = Cycle {
@@ -94,20 +118,22 @@ pub async fn enrich(
             publisher,
             metrics,
             leadership,
+            hook,
         })
         .await;
 }
 
 /// What the enricher does after each sweep of the [`Cycle`].
-struct Enricher {
+struct Enricher<H> {
     policy: Policy,
     publisher: Option<Arc<Publisher>>,
     metrics: Arc<EnricherMetrics>,
     /// The Lease's leadership, while its elector runs.
     leadership: Option<tokio::sync::watch::Receiver<bool>>,
+    hook: H,
 }
 
-impl AfterSweep for Enricher {
+impl<H: BeforePublish> AfterSweep for Enricher<H> {
     fn sweep_starting(&mut self) {
         self.metrics.sweep_started();
     }
@@ -127,6 +153,9 @@ impl AfterSweep for Enricher {
         if let Some(p) = &self.publisher {
             metrics.set_leader(p.leadership().is_leader());
             let s = if round.synced {
+                if p.leadership().is_leader() {
+                    self.hook.before_publish(state, &mut snapshots).await;
+                }
                 let publish_started = Instant::now();
                 let s = p.publish_all(&snapshots).await;
                 published = Some(publish_started.elapsed());
