@@ -54,6 +54,7 @@ fn ci() -> Bounds {
         leftovers: 0,
         health_check: vec![true],
         autopilot: false,
+        mhc_checks_etcd_member: true,
     }
 }
 
@@ -348,6 +349,9 @@ fn bounds_from_env() -> Bounds {
             "election_probes" => b.election_probes = n(),
             "leftovers" => b.leftovers = n(),
             "autopilot" => b.autopilot = v.parse().expect("true or false"),
+            "mhc_checks_etcd_member" => {
+                b.mhc_checks_etcd_member = v.parse().expect("true or false")
+            }
             "health_check" => {
                 b.health_check = v
                     .split('/')
@@ -576,6 +580,45 @@ fn planted_autopilot_off_leaves_a_stuck_state_for_a_person() {
     assert!(
         printed.contains("without a person, failures stopped,"),
         "{printed}"
+    );
+}
+
+/// KCP v0.3 with the autopilot, no member failures, two requests (3 -> 1 replicas, then back
+/// to 3: the #2651 Machine left behind with no more Machines than replicas), 3 replicas at
+/// most, no Machine created in the exploration.
+fn left_to_the_mhc() -> Bounds {
+    Bounds {
+        styles: vec![Style::V03],
+        failures: 0,
+        person: 2,
+        max_replicas: 3,
+        new_machines: 0,
+        ..with_autopilot()
+    }
+}
+
+/// The one class liveness without a person leaves to a MachineHealthCheck that checks the
+/// Machine's `EtcdMemberHealthy` condition (`Checked::recovers_alone`): with an MHC that checks
+/// only Nodes (the one Cluster API's book gives for KCP), the #2651 Machine stays once there
+/// are no more Machines than replicas (here a person sets the replicas back up after KCP's
+/// crash); the next action names its remediation, for a person. With the check, every property
+/// holds in the same bounds: the check is reached, and what it starts converges.
+#[test]
+fn an_mhc_checking_only_nodes_leaves_the_2651_machine_to_a_person() {
+    let bounds = left_to_the_mhc();
+    let nodes_only = Bounds {
+        mhc_checks_etcd_member: false,
+        ..bounds.clone()
+    };
+    let printed = find(WITHOUT_A_PERSON, config(nodes_only, Bugs::default()));
+    let stuck = printed
+        .split_once("without a person, failures stopped, it stops at:")
+        .map(|(_, s)| s)
+        .unwrap_or_default();
+    assert!(stuck.contains("next action RemediateMachine"), "{printed}");
+    check_all(
+        "2651 Machine left to the MHC",
+        config(bounds, Bugs::default()),
     );
 }
 

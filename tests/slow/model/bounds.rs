@@ -45,6 +45,13 @@ pub struct Bounds {
     /// Whether quorumguard's autopilot acts (issue 38): an actor that takes the published next
     /// action on its own fresh probe.
     pub autopilot: bool,
+    /// Whether the MachineHealthCheck also checks the Machine's `EtcdMemberHealthy` condition
+    /// (`checks.unhealthyMachineConditions`, Cluster API v1.11 and later). Read only by the
+    /// liveness continuation without a person, where nothing else moves: there it marks a
+    /// Machine whose node is up and whose etcd member is gone (the #2651 Machine once there
+    /// are no more Machines than replicas), which none of the autopilot's four actions moves
+    /// and the Node checks alone never mark (docs/rules.md, "Model-checked").
+    pub mhc_checks_etcd_member: bool,
 }
 
 /// Planted bugs: each makes the guard (or a person) wrong in one known way, to show that the

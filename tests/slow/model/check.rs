@@ -56,7 +56,8 @@ pub enum Schedule {
     /// Nobody else.
     Others,
     /// Nobody else, and failures have stopped: the members that failed come back, and the
-    /// MachineHealthCheck marks a Machine without a node past its nodeStartupTimeout.
+    /// MachineHealthCheck marks a Machine without a node past its nodeStartupTimeout (and,
+    /// where nothing else moves, one whose etcd member is gone: `Checked::recovers_alone`).
     Autonomous,
 }
 
@@ -168,17 +169,24 @@ impl Checked {
             idle = if moved(&cur, &next) { 0 } else { idle + 1 };
             cur = next;
             if idle >= IDLE_ROUNDS {
-                // Nothing moves: wait out the grace periods once, then give up.
-                match self
+                // Nothing moves: wait out the grace periods once; then, without a person, a
+                // MachineHealthCheck's Machine checks mark what they would; then give up.
+                let next = match self
                     .cfg
                     .step(&cur, &Action::GraceExpires, false, &mut Say(None))
                 {
                     Some(n) if !waited => {
-                        cur = n;
                         waited = true;
+                        Some(n)
+                    }
+                    _ => self.machine_checks(&cur, schedule),
+                };
+                match next {
+                    Some(n) => {
+                        cur = n;
                         idle = 0;
                     }
-                    _ => {
+                    None => {
                         result = stuck(&cur);
                         break;
                     }
@@ -283,6 +291,20 @@ impl Checked {
     /// Liveness without a person: from `s`, once failures stop, KCP, kubeadm, the Machine
     /// controller, the MachineHealthCheck and the autopilot alone converge (runs without an
     /// autopilot: not asked). A state without quorum that cannot move is excused, as above.
+    ///
+    /// Given a MachineHealthCheck that checks the Machine's `EtcdMemberHealthy` condition
+    /// (`Bounds::mhc_checks_etcd_member`): one class of states needs it or a person. A Machine
+    /// whose node is up and whose etcd member is gone (KCP v0.3 removed the member and lost
+    /// leadership before deleting the Machine, cluster-api #2651), once there are no more
+    /// Machines than replicas (another Machine went meanwhile): KCP's preflight holds every
+    /// scale-up and rollout on the missing member, and the published next action is
+    /// `RemediateMachine`, which is none of the autopilot's four actions (issue 38: it deletes
+    /// the #2651 Machine only while there are more Machines than replicas). An MHC that checks
+    /// only Nodes never marks it (its node is Ready); one that checks that condition does
+    /// (`joins::etcd_member_condition`), and then KCP remediates it. So where the continuation
+    /// stops, that MHC marks every such Machine and the continuation goes on: the state must
+    /// still converge. Without that check (`mhc_checks_etcd_member: false`) the class fails
+    /// the property (`an_mhc_checking_only_nodes_leaves_the_2651_machine_to_a_person`).
     pub fn recovers_alone(&self, s: &State) -> bool {
         s.autopilot.is_none()
             || self.continuation(
@@ -292,6 +314,32 @@ impl Checked {
                 Checked::converged,
                 |cur| !cur.has_quorum(),
             )
+    }
+
+    /// Where the continuation without a person stops: a MachineHealthCheck that checks the
+    /// Machine's `EtcdMemberHealthy` condition (`Bounds::mhc_checks_etcd_member`) marks every
+    /// Machine whose node is up and whose etcd member is gone. Only while there are no more
+    /// Machines (not being deleted) than replicas: with more, deleting that Machine is the
+    /// autopilot's own action (or KCP's, picking it again), which the MHC must not stand in
+    /// for. `None` when it marks nothing,
+    /// with a person in the schedule (who follows the next action instead), or when the run's
+    /// MHC checks only Nodes.
+    fn machine_checks(&self, s: &State, schedule: Schedule) -> Option<State> {
+        if schedule != Schedule::Autonomous || !self.cfg.bounds.mhc_checks_etcd_member {
+            return None;
+        }
+        if s.machines.iter().filter(|m| !m.deleting).count() > usize::from(s.replicas) {
+            return None;
+        }
+        let mut cur = s.clone();
+        let slots: Vec<u8> = cur.machines.iter().map(|m| m.slot).collect();
+        for slot in slots {
+            let mark = Action::EtcdMemberCondition(slot);
+            if let Some(n) = self.cfg.step(&cur, &mark, false, &mut Say(None)) {
+                cur = n;
+            }
+        }
+        (cur != *s).then_some(cur)
     }
 
     /// One round of the fair schedule, every actor in turn, with or without the person
@@ -382,10 +430,13 @@ impl Checked {
             let mut cur = last.clone();
             for _ in 0..ROUNDS {
                 let next = self.round_of(&cur, schedule);
-                if !moved(&cur, &next) {
+                if moved(&cur, &next) {
+                    cur = next;
+                } else if let Some(n) = self.machine_checks(&next, schedule) {
+                    cur = n;
+                } else {
                     break;
                 }
-                cur = next;
             }
             let mut say = Say(Some(Vec::new()));
             let changes = self.cfg.step(&cur, &Action::Kcp, false, &mut say).is_some();

@@ -131,3 +131,29 @@ pub(crate) fn node_startup_timeout(n: &mut State, slot: u8, say: &mut Say) -> Op
     });
     Some(())
 }
+
+/// A MachineHealthCheck that also checks Machine conditions marks Machine `m{slot}`, whose node
+/// is up and whose etcd member is gone, for remediation: KCP sets its `EtcdMemberHealthy`
+/// condition False, "Etcd doesn't have an etcd member for Node" (Cluster API v1.14
+/// `compareMachinesAndMembers` in controlplane/kubeadm/pkg/workload_cluster_conditions.go), and
+/// an MHC with that condition in `checks.unhealthyMachineConditions` marks the Machine once it
+/// has been False past its timeout (`machineChecks` in
+/// core/reconcilers/machinehealthcheck/machinehealthcheck_targets.go). Only with
+/// `Bounds::mhc_checks_etcd_member`: the MHC Cluster API's book gives for KCP checks only the
+/// Node's `Ready` condition, which stays True here, and so marks nothing.
+pub(crate) fn etcd_member_condition(n: &mut State, slot: u8, say: &mut Say) -> Option<()> {
+    if !n.health_check || n.member(slot).is_some() {
+        return None;
+    }
+    let m = n
+        .machine_mut(slot)
+        .filter(|m| m.node && !m.deleting && !m.remediate)?;
+    m.remediate = true;
+    say.line(|| {
+        format!(
+            "the MachineHealthCheck marks Machine {}, whose EtcdMemberHealthy condition is False (its node has no etcd member)",
+            name(slot)
+        )
+    });
+    Some(())
+}

@@ -8,7 +8,9 @@ use quorumguard::engine::Confirmation;
 use quorumguard::engine::kcp::{self, Hold, KcpMachine, KcpMove, KcpView, MemberFit};
 
 use crate::model::guard::{Fresh, Who, follow_etcdctl};
-use crate::model::joins::{finish_deletion, join, node_startup_timeout, settle_leader};
+use crate::model::joins::{
+    etcd_member_condition, finish_deletion, join, node_startup_timeout, settle_leader,
+};
 
 use crate::model::world::*;
 
@@ -69,6 +71,11 @@ pub enum Action {
     /// core/reconcilers/machinehealthcheck/machinehealthcheck_targets.go; default 600 s,
     /// `--join-grace`'s default too), for remediation.
     NodeStartupTimeout(u8),
+    /// Only where the liveness continuation without a person stops otherwise, and only with
+    /// `Bounds::mhc_checks_etcd_member`: a MachineHealthCheck that checks the Machine's
+    /// `EtcdMemberHealthy` condition marks Machine `m{slot}`, whose node is up and whose etcd
+    /// member is gone, for remediation (`joins::etcd_member_condition`).
+    EtcdMemberCondition(u8),
 }
 
 /// The words of a step, written only when asked for (printing a counterexample).
@@ -363,6 +370,7 @@ impl Config {
             }
             Action::Autopilot => self.autopilot(&mut n, explore, say)?,
             Action::NodeStartupTimeout(slot) => node_startup_timeout(&mut n, *slot, say)?,
+            Action::EtcdMemberCondition(slot) => etcd_member_condition(&mut n, *slot, say)?,
             Action::MachineGoesMemberStays(slot) => {
                 n.left.leftovers = n.left.leftovers.checked_sub(1)?;
                 n.machine(*slot).filter(|m| m.deleting)?;
