@@ -7,8 +7,9 @@
 //!
 //! How: etcd-client dials URLs itself and cannot be handed a stream, so each etcd pod gets a
 //! loopback listener (`127.0.0.1:0`) for as long as the probe uses it. Every TCP connection
-//! accepted there opens one port-forward WebSocket (kube's [`Api::portforward`]) and copies bytes
-//! both ways; the prober dials `https://127.0.0.1:<local port>` as if it were the member.
+//! accepted there opens one port-forward WebSocket (the request and upgrade of kube's
+//! [`Api::portforward`], the protocol's framing in `relay`, with a small read buffer) and copies
+//! bytes both ways; the prober dials `https://127.0.0.1:<local port>` as if it were the member.
 //!
 //! The listeners carry only the TLS stream between etcd-client and etcd, which etcd
 //! authenticates end to end (`--client-cert-auth`): another process in quorumguard's network
@@ -19,7 +20,7 @@
 //! the prober stops using a pod ([`PortForward::retain`]) and all at once when it is dropped (the
 //! sweep replaces the prober when the kubeconfig, the CA or the transport changes, and drops it
 //! when the Cluster goes). Dropping a listener aborts its accept task, whose [`JoinSet`] aborts
-//! every relay, each of which aborts its WebSocket: no task, socket or stream outlives it.
+//! every relay, each of which owns its WebSocket: no task, socket or stream outlives it.
 //!
 //! Errors: a failed port-forward (an unknown pod: 404; the API server unreachable; the kubelet
 //! unable to reach the pod's port) is recorded on the listener before the accepted connection is

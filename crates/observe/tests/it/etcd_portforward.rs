@@ -337,6 +337,34 @@ async fn a_pod_the_api_server_does_not_know_is_unhealthy_naming_the_pod() {
     );
 }
 
+/// A pod whose port the kubelet cannot reach (nothing listens there): the kubelet's words come
+/// back on the port-forward's error channel (channel 1, after the port it announces on it), and
+/// the member is unhealthy in them, not in etcd-client's "connection closed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_port_the_kubelet_cannot_reach_is_unhealthy_in_the_kubelets_words() {
+    let etcd = EtcdCluster::start(3);
+    let workload = workload_for(&etcd).await;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        listener.local_addr().expect("its address")
+    };
+    let gone = etcd.name(2).to_string();
+    workload.forward_pod("kube-system", &format!("etcd-{gone}"), closed);
+    let (prober, endpoints) = port_forward_prober(&etcd, &workload, &workload.url()).await;
+
+    let p = probe_until_healthy(&prober, &endpoints, 2).await;
+    let m = p.members.iter().find(|m| m.name == gone).expect("listed");
+    let expected = format!(
+        "port-forward to kube-system/etcd-{gone} through {}: error forwarding port 2379 to pod \
+         kube-system/etcd-{gone}: dial tcp {closed}: ",
+        workload.url()
+    );
+    match &m.health {
+        Health::Unhealthy(text) => assert!(text.starts_with(&expected), "{text}"),
+        other => panic!("{gone} should be unhealthy, not {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_annotation_chooses_the_transport_per_cluster() {
     let etcd = EtcdCluster::start(3);
