@@ -13,7 +13,7 @@
 //! - every metric, label and label value that the rules and the dashboard's queries use exists
 //!   in the `/metrics` of a running `serve` that has probed a real 3-member etcd cluster (TLS on
 //!   loopback) through the API-server stand-in for two control planes (one whose rollout would
-//!   stick), holds the Lease, and has answered a denial and a break-glass review (and the
+//!   stick), runs the autopilot in dry-run, holds the Lease, and has answered a denial and a break-glass review (and the
 //!   rollout verdicts and reasons the component names are the guard's); then promtool evaluates every dashboard query and every selector on
 //!   those series, as Prometheus would store them from the ServiceMonitor, and each must
 //!   return data.
@@ -30,8 +30,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use quorumguard::engine::Reason;
+use quorumguard::engine::autopilot::{Mode, Settings};
 use quorumguard::engine::rollout::ReadyReason;
 use quorumguard::lease::LeaseConfig;
+use quorumguard::server::autopilot::AutopilotConfig;
 use quorumguard::server::{self, Running, StatusConfig};
 use quorumguard::status::metrics::RolloutVerdict;
 use quorumguard::status::publish::PublishConfig;
@@ -1031,12 +1033,19 @@ async fn metrics_of_a_serve_that_probed_etcd() -> String {
             ..LeaseConfig::new(GUARD_NS, "quorumguard", identity)
         }),
     };
-    let config = guard::serve_config(
+    let mut config = guard::serve_config(
         &pki,
         Duration::from_millis(400),
         Duration::from_millis(300),
         Some(status),
     );
+    // The autopilot in dry-run: its series are served (at 0) and the alerts read them.
+    config.autopilot = Some(AutopilotConfig {
+        mode: Mode::DryRun,
+        settings: Settings::default(),
+        max_acting: 1,
+        call_timeout: Duration::from_secs(10),
+    });
     let client = kube::Client::try_from(api.kubeconfig_as(identity)).expect("client");
     let running: Running = server::start(config, client).await.expect("serve starts");
 

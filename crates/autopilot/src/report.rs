@@ -70,6 +70,38 @@ pub fn step_label(step: &Step) -> &'static str {
     }
 }
 
+/// Every value of [`step_label`].
+const STEP_LABELS: [&str; 7] = [
+    "promote",
+    "remove_member",
+    "delete_machine",
+    "compact",
+    "defragment",
+    "move_leader",
+    "disarm",
+];
+
+/// Every `result` of `quorumguard_autopilot_actions_total`.
+const ACTION_RESULTS: [&str; 4] = ["done", "failed", "dry_run", "fleet_busy"];
+
+/// The refusals that are news ([`refusal_is_news`]), each a `reason` of
+/// `quorumguard_autopilot_refusals_total`.
+const NEWS: [Why; 13] = [
+    Why::Paused,
+    Why::NotFresh,
+    Why::HealthUnknown,
+    Why::QuorumLost,
+    Why::LeaderElection,
+    Why::InFlight,
+    Why::Interval,
+    Why::BackOff,
+    Why::GaveUp,
+    Why::Disagrees,
+    Why::KcpChance,
+    Why::NotProven,
+    Why::Corrupt,
+];
+
 /// Whether a refusal is about a step the autopilot would take (an Event), rather than the
 /// operator's choice of what it does (none).
 fn refusal_is_news(why: Why) -> bool {
@@ -213,8 +245,20 @@ impl AutopilotMetrics {
                 m.last_action.clone(),
             );
         });
+        // Every series an alert or a dashboard reads exists from the start, at 0: an increase
+        // from nothing is no increase to Prometheus.
         for result in ["confirmed", "not_confirmed"] {
             let _ = m.settled.get_or_create(&SettledLabels { result });
+        }
+        for action in STEP_LABELS {
+            for result in ACTION_RESULTS {
+                let _ = m.actions.get_or_create(&ActionLabels { action, result });
+            }
+        }
+        for why in NEWS {
+            let _ = m.refusals.get_or_create(&RefusalLabels {
+                reason: format!("{why:?}"),
+            });
         }
         m
     }

@@ -4,7 +4,7 @@ use quorumguard_engine::MemberId;
 use quorumguard_engine::autopilot::{Count, Outcome, Proof, Step, Why};
 use quorumguard_telemetry::Metrics;
 
-use super::{AutopilotMetrics, EventNote};
+use super::{AutopilotMetrics, EventNote, NEWS, STEP_LABELS, refusal_is_news, step_label};
 use crate::execute::Done;
 use crate::pilot::{Did, Report};
 
@@ -136,4 +136,37 @@ fn the_operators_choices_are_no_events_and_refusals_that_need_a_look_are_warning
     };
     assert_eq!(reasons(&dry), [(false, "AutopilotDryRun")]);
     assert_eq!(dry.counted(), [("promote", "dry_run")]);
+}
+
+#[test]
+fn the_label_lists_hold_every_value_the_code_can_give() {
+    let steps = [
+        promote(),
+        Step::RemoveMember {
+            member: MemberId(1),
+            name: "m".into(),
+        },
+        Step::DeleteMachine {
+            machine: "m".into(),
+        },
+        Step::Compact,
+        Step::Defragment {
+            member: MemberId(1),
+            name: "m".into(),
+        },
+        Step::MoveLeader {
+            from: MemberId(1),
+            to: MemberId(2),
+        },
+        Step::Disarm,
+    ];
+    let labels: Vec<&str> = steps.iter().map(step_label).collect();
+    assert_eq!(labels, STEP_LABELS);
+    // Every refusal that is news is listed once, and no other.
+    for why in NEWS {
+        assert!(refusal_is_news(why), "{why:?}");
+    }
+    let unique: std::collections::BTreeSet<String> =
+        NEWS.iter().map(|w| format!("{w:?}")).collect();
+    assert_eq!(unique.len(), NEWS.len());
 }
