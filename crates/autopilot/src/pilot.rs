@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use quorumguard_engine::autopilot::{
-    Book, Decision, Mode, Outcome, Proof, Settings, Situation, Step, Why, decide,
+    Book, Decision, Kind, Mode, Outcome, Proof, Settings, Situation, Step, Why, decide,
 };
 use quorumguard_engine::{ControlPlane, EtcdBasis, NextAction, Policy};
 use tokio::sync::Semaphore;
@@ -80,6 +80,30 @@ pub enum Did {
 pub struct Report {
     pub settled: Option<Outcome>,
     pub did: Did,
+}
+
+/// The autopilot action the book last saw published (`PromoteLearner` for m4, say), when the
+/// published next action is now another one: what the autopilot will no longer do.
+fn withdrawn(book: &Book, published: &NextAction) -> Option<String> {
+    let seen = book.seen.as_ref()?;
+    Kind::of(seen.code)?;
+    let same = seen.code == published.code && seen.target == published.target;
+    (!same).then(|| match &seen.target {
+        Some(t) => format!("{} ({t})", seen.code),
+        None => seen.code.to_string(),
+    })
+}
+
+/// Whether the autopilot should take a turn for a control plane whose published next action is
+/// `published`, with its mode and allowed actions: a step in flight is settled, a published
+/// autopilot action is decided, and an autopilot action that stopped being published is said
+/// once to be dropped. Cheap: no probe is taken for the others.
+fn wants(book: Option<&Book>, mode: Mode, settings: &Settings, published: &NextAction) -> bool {
+    let in_flight = book.is_some_and(|b| b.in_flight.is_some());
+    let on = mode != Mode::Off;
+    let published_kind = Kind::of(published.code).is_some_and(|k| settings.actions.contains(&k));
+    let dropped = book.is_some_and(|b| withdrawn(b, published).is_some());
+    in_flight || (on && (published_kind || dropped))
 }
 
 /// The autopilot of one `serve` process.
@@ -153,6 +177,15 @@ impl Pilot {
         self.lock().get(key).cloned()
     }
 
+    /// Whether control plane `key` (`namespace/name`), with its annotation and the next action
+    /// published for it, gets a turn: a step in flight is settled, a published autopilot action
+    /// (one `--autopilot-actions` allows) is decided, and one that stopped being published is
+    /// said once to be dropped; the others get none (and no probe).
+    pub fn wants_turn(&self, key: &str, annotation: Option<&str>, published: &NextAction) -> bool {
+        let mode = Mode::effective(self.flag(), annotation);
+        wants(self.lock().get(key), mode, &self.settings, published)
+    }
+
     /// Forgets a control plane that is gone.
     pub fn forget(&self, key: &str) {
         self.lock().remove(key);
@@ -168,6 +201,7 @@ impl Pilot {
         let key = turn.fresh.kcp_shown().to_string();
         let mut book = self.lock().remove(&key).unwrap_or_default();
         let settled = book.settle(turn.fresh, self.settings.interval, turn.now_unix);
+        let withdrawn = withdrawn(&book, turn.published);
         book.note_published(turn.published, turn.now_unix);
         let mode = Mode::effective(self.flag(), turn.annotation);
         let decision = decide(&Situation {
@@ -181,6 +215,25 @@ impl Pilot {
             now_unix: turn.now_unix,
         });
         let did = match decision {
+            // The action it was about to take is not the published one any more: said once,
+            // with what is published now (a member that failed just before, say).
+            Decision::Refuse(r) if r.why == Why::NotAnAutopilotAction && withdrawn.is_some() => {
+                Did::Refused {
+                    why: Why::Disagrees,
+                    message: format!(
+                        "{} {} on KubeadmControlPlane {key}: the next action is now {}. Next: {}",
+                        if mode == Mode::DryRun {
+                            "Autopilot (dry-run) would no longer take"
+                        } else {
+                            "Autopilot no longer takes"
+                        },
+                        withdrawn.unwrap_or_default(),
+                        turn.published.code,
+                        turn.published.message
+                    ),
+                    until_unix: None,
+                }
+            }
             Decision::Refuse(r) => Did::Refused {
                 why: r.why,
                 message: r.message,
@@ -227,5 +280,48 @@ impl Pilot {
         };
         self.lock().insert(key, book);
         Report { settled, did }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quorumguard_engine::autopilot::{Book, Mode, Settings};
+    use quorumguard_engine::{ActionCode, NextAction};
+
+    use super::{wants, withdrawn};
+
+    fn published(code: ActionCode, target: Option<&str>) -> NextAction {
+        NextAction {
+            code,
+            message: format!("{code}"),
+            command: None,
+            target: target.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn an_autopilot_action_that_stops_being_published_is_said_once() {
+        let settings = Settings::default();
+        let promote = published(ActionCode::PromoteLearner, Some("m4"));
+        let remediate = published(ActionCode::RemediateMachine, Some("m4"));
+        // No book: a turn only for a published autopilot action.
+        assert!(wants(None, Mode::On, &settings, &promote));
+        assert!(!wants(None, Mode::On, &settings, &remediate));
+        assert!(!wants(None, Mode::Off, &settings, &promote));
+        // The promotion seen, then another action published: one turn to say it is dropped.
+        let mut book = Book::default();
+        book.note_published(&promote, 100);
+        assert_eq!(withdrawn(&book, &promote), None);
+        assert_eq!(
+            withdrawn(&book, &remediate).as_deref(),
+            Some("PromoteLearner (m4)")
+        );
+        assert!(wants(Some(&book), Mode::On, &settings, &remediate));
+        assert!(wants(Some(&book), Mode::DryRun, &settings, &remediate));
+        assert!(!wants(Some(&book), Mode::Off, &settings, &remediate));
+        // Once noted, the new action is what was seen: nothing more to say.
+        book.note_published(&remediate, 110);
+        assert_eq!(withdrawn(&book, &remediate), None);
+        assert!(!wants(Some(&book), Mode::On, &settings, &remediate));
     }
 }

@@ -175,7 +175,6 @@ pub struct Autopilot {
     leadership: Leadership,
     events: Option<EventSink>,
     metrics: Arc<AutopilotMetrics>,
-    settings: Settings,
     call_timeout: Duration,
 }
 
@@ -217,7 +216,6 @@ impl Autopilot {
             leadership,
             events,
             metrics: Arc::new(AutopilotMetrics::register(metrics)),
-            settings: config.settings.clone(),
             call_timeout: config.call_timeout,
         }
     }
@@ -233,14 +231,11 @@ impl Autopilot {
     fn prepare(&self, state: &ClusterState, index: usize, s: &Snapshot) -> Option<Prepared> {
         let (ns, name) = (&s.key.0, &s.key.1);
         let kcp = state.kcp_for_autopilot(ns, name)?;
-        let in_flight = self
+        let key = s.cp.kcp_shown().to_string();
+        if !self
             .pilot
-            .book(&s.cp.kcp_shown().to_string())
-            .is_some_and(|b| b.in_flight.is_some());
-        let mode = Mode::effective(self.pilot.flag(), kcp.annotation.as_deref());
-        let wanted = mode != Mode::Off
-            && Kind::of(s.next.code).is_some_and(|k| self.settings.actions.contains(&k));
-        if !wanted && !in_flight {
+            .wants_turn(&key, kcp.annotation.as_deref(), &s.next)
+        {
             return None;
         }
         let target = state.probe_target(ns, name)?;
