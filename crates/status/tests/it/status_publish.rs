@@ -727,3 +727,69 @@ async fn a_cluster_not_yet_probed_gets_no_probe_failed() {
     assert_eq!(writes, 1, "one write, after the first probe of `late`");
     running.shutdown().await;
 }
+
+/// The autopilot's kill switch: the Lease's annotation `quorumguard.io/autopilot`, read by the
+/// holder at every renewal, kept by its renewals (they replace the Lease as read), and gone when
+/// it is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_reads_the_leases_autopilot_annotation_at_every_renewal() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Api, Patch, PatchParams};
+    use quorumguard_status::lease::{Elector, Leadership};
+    let api = ApiServer::start().await.expect("stand-in");
+    let client = kube::Client::try_from(api.kubeconfig_as("replica-a")).expect("client");
+    let leadership = Leadership::new();
+    let cfg = LeaseConfig {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(200),
+        ..LeaseConfig::new("quorumguard-system", "quorumguard", "replica-a")
+    };
+    let elector = std::sync::Arc::new(Elector::new(client.clone(), cfg, leadership.clone()));
+    let run = elector.clone();
+    let task = tokio::spawn(async move { run.run().await });
+    wait_for("leading", Duration::from_secs(5), || leadership.is_leader()).await;
+    assert_eq!(leadership.autopilot_annotation(), None);
+
+    let leases: Api<Lease> = Api::namespaced(client, "quorumguard-system");
+    let annotate = |value: serde_json::Value| {
+        let leases = leases.clone();
+        async move {
+            leases
+                .patch(
+                    "quorumguard",
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({
+                        "metadata": {"annotations": {"quorumguard.io/autopilot": value}}
+                    })),
+                )
+                .await
+                .expect("annotating the Lease");
+        }
+    };
+    annotate(serde_json::json!("off")).await;
+    wait_for("the annotation read", Duration::from_secs(5), || {
+        leadership.autopilot_annotation().as_deref() == Some("off")
+    })
+    .await;
+    // Renewals keep it: five more rounds, and the Lease still carries it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let lease = leases.get("quorumguard").await.expect("lease");
+    assert_eq!(
+        lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("quorumguard.io/autopilot"))
+            .map(String::as_str),
+        Some("off"),
+        "a renewal dropped the annotation: {lease:?}"
+    );
+    assert!(leadership.is_leader());
+    annotate(serde_json::Value::Null).await;
+    wait_for("the annotation gone", Duration::from_secs(5), || {
+        leadership.autopilot_annotation().is_none()
+    })
+    .await;
+    task.abort();
+}
