@@ -468,10 +468,16 @@ async fn only_the_lease_holder_writes() {
     assert!(lease["spec"]["holderIdentity"].is_null(), "{lease:#}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_that_cannot_renew_stops_before_the_lease_expires() {
+/// An elector running as `replica-a` on Lease quorumguard-system/quorumguard (3 s, 2 s, 200 ms):
+/// its client, its leadership and its task.
+fn elector_as_replica_a(
+    api: &ApiServer,
+) -> (
+    kube::Client,
+    quorumguard_status::lease::Leadership,
+    tokio::task::JoinHandle<()>,
+) {
     use quorumguard_status::lease::{Elector, Leadership};
-    let api = ApiServer::start().await.expect("stand-in");
     let client = kube::Client::try_from(api.kubeconfig_as("replica-a")).expect("client");
     let leadership = Leadership::new();
     let cfg = LeaseConfig {
@@ -480,9 +486,16 @@ async fn a_holder_that_cannot_renew_stops_before_the_lease_expires() {
         retry_period: Duration::from_millis(200),
         ..LeaseConfig::new("quorumguard-system", "quorumguard", "replica-a")
     };
-    let elector = std::sync::Arc::new(Elector::new(client, cfg, leadership.clone()));
-    let run = elector.clone();
-    let task = tokio::spawn(async move { run.run().await });
+    let elector = std::sync::Arc::new(Elector::new(client.clone(), cfg, leadership.clone()));
+    let task = tokio::spawn(async move { elector.run().await });
+    (client, leadership, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_cannot_renew_stops_before_the_lease_expires() {
+    let api = ApiServer::start().await.expect("stand-in");
+    let (client, leadership, task) = elector_as_replica_a(&api);
+    drop(client);
     let mut changes = leadership.subscribe();
     wait_for("leading", Duration::from_secs(5), || leadership.is_leader()).await;
 
@@ -735,19 +748,8 @@ async fn a_cluster_not_yet_probed_gets_no_probe_failed() {
 async fn the_holder_reads_the_leases_autopilot_annotation_at_every_renewal() {
     use k8s_openapi::api::coordination::v1::Lease;
     use kube::api::{Api, Patch, PatchParams};
-    use quorumguard_status::lease::{Elector, Leadership};
     let api = ApiServer::start().await.expect("stand-in");
-    let client = kube::Client::try_from(api.kubeconfig_as("replica-a")).expect("client");
-    let leadership = Leadership::new();
-    let cfg = LeaseConfig {
-        lease_duration: Duration::from_secs(3),
-        renew_deadline: Duration::from_secs(2),
-        retry_period: Duration::from_millis(200),
-        ..LeaseConfig::new("quorumguard-system", "quorumguard", "replica-a")
-    };
-    let elector = std::sync::Arc::new(Elector::new(client.clone(), cfg, leadership.clone()));
-    let run = elector.clone();
-    let task = tokio::spawn(async move { run.run().await });
+    let (client, leadership, task) = elector_as_replica_a(&api);
     wait_for("leading", Duration::from_secs(5), || leadership.is_leader()).await;
     assert_eq!(leadership.autopilot_annotation(), None);
 
