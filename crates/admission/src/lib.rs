@@ -194,7 +194,7 @@ impl Webhook {
         // decide after releasing it: under concurrent load, a lock held through every decision
         // made the server threads wait on each other.
         let mut reservations = self.reservations.lock().unwrap_or_else(|e| e.into_inner());
-        let mut cp = match self.state.control_plane(&key.0, &key.1, now) {
+        let mut cp = match self.state.control_plane_of(&key, now) {
             Ok(cp) => cp,
             Err(Lookup::NoSuchKcp) => return Outcome::unguarded(d).into(),
             Err(Lookup::NotSynced) => {
