@@ -194,7 +194,7 @@ impl Webhook {
         // decide after releasing it: under concurrent load, a lock held through every decision
         // made the server threads wait on each other.
         let mut reservations = self.reservations.lock().unwrap_or_else(|e| e.into_inner());
-        let mut cp = match self.state.control_plane(&key.0, &key.1, now) {
+        let mut cp = match self.state.control_plane_of(&key, now) {
             Ok(cp) => cp,
             Err(Lookup::NoSuchKcp) => return Outcome::unguarded(d).into(),
             Err(Lookup::NotSynced) => {
@@ -502,16 +502,18 @@ async fn handle(w: Arc<Webhook>, endpoint: Endpoint, req: Request) -> Response {
         outcome.reason.as_str(),
         seconds,
     );
+    // Strings recorded as `&str`, not with `%` (Display): the JSON line is the same, byte for
+    // byte, without a `format!` (an allocation and the formatting machinery) per field.
     tracing::info!(
-        uid = %decoded.uid,
-        kind = %decoded.kind,
-        namespace = %decoded.namespace,
-        name = %decoded.name,
+        uid = decoded.uid.as_str(),
+        kind = decoded.kind.as_str(),
+        namespace = decoded.namespace.as_str(),
+        name = decoded.name.as_str(),
         operation = decoded.operation,
-        user = %decoded.requester.username,
+        user = decoded.requester.username.as_str(),
         dry_run = decoded.dry_run,
         allowed = outcome.allowed,
-        reason = %outcome.reason,
+        reason = outcome.reason.as_str(),
         duration_ms = seconds * 1000.0,
         "admission review"
     );

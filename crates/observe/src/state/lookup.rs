@@ -68,21 +68,33 @@ impl ClusterState {
         kcp: &str,
         now: Instant,
     ) -> Result<ControlPlane, Lookup> {
-        let key = (namespace.to_string(), kcp.to_string());
+        self.control_plane_of(&(namespace.to_string(), kcp.to_string()), now)
+    }
+
+    /// [`ClusterState::control_plane`] of the KCP `key` (namespace, name). Every look-up after
+    /// the KCP's (its Machines, its Cluster, the record of its etcd) reuses one key of the same
+    /// namespace, the name swapped in place: a review looks up a control plane on every
+    /// request, and a key of two new Strings per look-up was 10 allocations of a 3-Machine one.
+    pub fn control_plane_of(&self, key: &Key, now: Instant) -> Result<ControlPlane, Lookup> {
+        let namespace = key.0.as_str();
         let idx = self.index.read().unwrap_or_else(|e| e.into_inner());
-        let Some(k) = idx.kcps.get(&key) else {
+        let Some(k) = idx.kcps.get(key) else {
             return Err(if self.all_synced() {
                 Lookup::NoSuchKcp
             } else {
                 Lookup::NotSynced
             });
         };
+        let mut other: Key = (key.0.clone(), String::new());
         let capi_machines: Vec<&CapiMachine> = idx
             .by_kcp
-            .get(&key)
+            .get(key)
             .into_iter()
             .flatten()
-            .filter_map(|m| idx.machines.get(&(namespace.to_string(), m.clone())))
+            .filter_map(|m| {
+                other.1.clone_from(m);
+                idx.machines.get(&other)
+            })
             .collect();
         let machines: Vec<_> = capi_machines.iter().map(|m| copy_out(&m.machine)).collect();
         let health_checks = if self.is_synced(Kind::HealthCheck) {
@@ -102,17 +114,19 @@ impl ClusterState {
                     .unwrap_or_else(|| "MachineHealthChecks have not been listed yet".into()),
             }
         };
-        let cluster_name = idx.cluster_of(&key, k);
+        let cluster_name = idx.cluster_of(key, k);
         let cluster = match &cluster_name {
-            Some(name) => idx
-                .clusters
-                .get(&(namespace.to_string(), name.clone()))
-                .map(|c| copy_out(&c.cluster))
-                .unwrap_or(Cluster {
-                    name: name.clone(),
-                    deleting: false,
-                    paused: false,
-                }),
+            Some(name) => {
+                other.1.clone_from(name);
+                idx.clusters
+                    .get(&other)
+                    .map(|c| copy_out(&c.cluster))
+                    .unwrap_or(Cluster {
+                        name: name.clone(),
+                        deleting: false,
+                        paused: false,
+                    })
+            }
             None => Cluster {
                 name: "(unknown)".into(),
                 deleting: false,
@@ -121,8 +135,11 @@ impl ClusterState {
         };
         let kcp_model = copy_out(&k.kcp);
         drop(idx);
-        let etcd = match &cluster_name {
-            Some(c) => self.etcd_state(namespace, c, now),
+        let etcd = match cluster_name {
+            Some(c) => {
+                other.1 = c;
+                self.etcd_state(&other, now)
+            }
             None => EtcdState::Unknown {
                 reason: "the KubeadmControlPlane names no Cluster".into(),
             },

@@ -233,19 +233,19 @@ impl ClusterState {
             .collect()
     }
 
-    pub(super) fn etcd_state(&self, namespace: &str, cluster: &str, now: Instant) -> EtcdState {
-        let key = (namespace.to_string(), cluster.to_string());
+    /// etcd of cluster `key` (namespace, name) as the record has it at `now`.
+    pub(super) fn etcd_state(&self, key: &Key, now: Instant) -> EtcdState {
         let failed = self
             .probe_errors
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
+            .get(key)
             .cloned();
         if let Some(h) = self
             .health
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
+            .get(key)
         {
             // The latest probe failed: the members are the last ones seen, but nothing is known
             // of their health now. Decisions and next actions must not take the last
