@@ -30,11 +30,21 @@ impl EtcdCluster {
         }
     }
 
-    /// Freezes member `i` (SIGSTOP): alive, its ports open, answering nothing.
+    /// Freezes member `i` (SIGSTOP): alive, its ports open, answering nothing. Returns once
+    /// every thread of the process is stopped: `kill` returns when the signal is sent, and on a
+    /// loaded machine a thread of etcd could still answer a request made just after.
     pub fn freeze(&mut self, i: usize) -> Result<(), EtcdError> {
         self.signal(i, "-STOP")?;
         if let Some(node) = self.nodes.get_mut(i) {
             node.frozen = true;
+        }
+        if let Some(pid) = self.pid(i) {
+            wait_stopped(pid).map_err(|why| EtcdError::Signal {
+                signal: "-STOP",
+                pid,
+                member: self.name(i).unwrap_or("?").to_string(),
+                why,
+            })?;
         }
         Ok(())
     }
@@ -72,4 +82,43 @@ impl EtcdCluster {
             None => false,
         }
     }
+}
+
+/// The states of the threads of process `pid` (`/proc/<pid>/task/*/stat`, the field after the
+/// command's closing parenthesis); `None` where /proc cannot be read (not Linux).
+fn thread_states(pid: u32) -> Option<Vec<char>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut states = Vec::new();
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        states.extend(state);
+    }
+    Some(states)
+}
+
+/// Waits (at most 5 s, every 2 ms) until every thread of `pid` is stopped (`T`), or has exited.
+fn wait_stopped(pid: u32) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let mut last = Vec::new();
+    for _ in 0..2500 {
+        match thread_states(pid) {
+            None => return Ok(()),
+            Some(states) if states.iter().all(|&c| matches!(c, 'T' | 't' | 'Z' | 'X')) => {
+                return Ok(());
+            }
+            Some(states) => last = states,
+        }
+        if started.elapsed() > std::time::Duration::from_secs(5) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    Err(format!(
+        "its threads were not all stopped 5 s after SIGSTOP (states {last:?})"
+    ))
 }
