@@ -127,10 +127,14 @@ async fn until<T>(
     );
 }
 
+/// How long a story lets the dry run stand once it says what it would do, before it looks that
+/// nothing was done: four sweeps, each of which the autopilot in `on` would have acted in.
+const DRY_RUN_HOLD: Duration = Duration::from_secs(2);
+
 /// Waits until the NextAction condition carries the autopilot's dry-run words containing
-/// `would`; returns the condition's message.
+/// `would`, then [`DRY_RUN_HOLD`]; returns the condition's message.
 async fn dry_run_says(world: &World, seen: &mut Seen, would: &str) -> String {
-    until(
+    let said = until(
         world,
         seen,
         &format!("the dry run says it would {would}"),
@@ -140,7 +144,9 @@ async fn dry_run_says(world: &World, seen: &mut Seen, would: &str) -> String {
             (m.contains("Autopilot (dry-run) would") && m.contains(would)).then_some(m)
         },
     )
-    .await
+    .await;
+    tokio::time::sleep(DRY_RUN_HOLD).await;
+    said
 }
 
 /// The Events about the KCP, as `(reason, note)`.
@@ -465,6 +471,15 @@ fn nospace_is_freed_and_disarmed_by_the_autopilot() {
         let writes = fill_until_nospace(&world).await;
         assert!(writes > 0, "NOSPACE before the first write");
         dry_run_says(&world, &mut seen, "compact").await;
+        let alarms = world
+            .etcd(|e| {
+                let endpoints = e.endpoints();
+                e.etcdctl(&endpoints, &["alarm", "list"])
+            })
+            .await
+            .expect("etcd")
+            .expect("alarm list");
+        assert!(alarms.contains("NOSPACE"), "dry-run disarmed it: {alarms}");
 
         annotate(&world, "on").await;
         until(&world, &mut seen, "the alarm is disarmed", async |w| {
