@@ -713,12 +713,16 @@ fn nospace_keeps_quorum_and_membership() {
     let deleted = cluster
         .etcdctl(&endpoints[..1], &["del", "/blob/1", "/blob/9"])
         .expect("a delete under NOSPACE");
-    // Every blob written in [/blob/1, /blob/9).
-    let expected = written.min(9) - 1;
-    assert_eq!(
-        deleted.trim().parse::<u32>().ok(),
-        Some(expected),
-        "deleted {deleted} of the {written} blobs written"
+    // Every blob written in [/blob/1, /blob/9), and perhaps the one whose put was refused: etcd
+    // applies the put that crosses the quota and answers it with NOSPACE (quotaApplierV3.Put,
+    // etcdserver/apply.go); only a put refused before it is proposed (the server's own check of
+    // the quota) is not written. Seen: 7 written, 7 deleted, /blob/7 among them.
+    let written_in_range = written.min(9) - 1;
+    let refused_in_range = u32::from((1..9).contains(&written));
+    let n = deleted.trim().parse::<u32>().ok();
+    assert!(
+        n.is_some_and(|n| n >= written_in_range && n <= written_in_range + refused_in_range),
+        "deleted {deleted} of the {written} blobs written (and /blob/{written}, refused)"
     );
 
     // The engine on that probe: free space; a quorum, not a lost one.
