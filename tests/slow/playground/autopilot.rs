@@ -83,8 +83,8 @@ async fn annotate(world: &World, mode: &str) {
     .unwrap_or_else(|e| panic!("annotating the KCP {mode}: {e}"));
 }
 
-/// What the story saw: every NextAction published while it waited, and whether any status
-/// said the quorum was lost.
+/// What the story saw while it waited: the message of every published EtcdQuorum that said the
+/// quorum was lost.
 #[derive(Default)]
 struct Seen {
     quorum_lost: Vec<String>,
@@ -190,6 +190,14 @@ async fn event(world: &World, seen: &mut Seen, reason: &str, text: &str) -> Stri
     .await
 }
 
+/// Waits ([`until`]) until etcd lists `learner` as a voting member.
+async fn until_voting(world: &World, seen: &mut Seen, learner: &str, what: &str) {
+    until(world, seen, what, async |w| {
+        (is_learner(&listed(w).await, learner) == Some(false)).then_some(())
+    })
+    .await;
+}
+
 /// etcd's members as `(id, name, learner)`.
 async fn listed(world: &World) -> Vec<(u64, String, bool)> {
     world
@@ -244,13 +252,7 @@ async fn learner_story(world: &World) {
     event(world, &mut seen, "AutopilotDryRun", &learner).await;
 
     annotate(world, "on").await;
-    until(
-        world,
-        &mut seen,
-        "the learner is a voting member",
-        async |w| (is_learner(&listed(w).await, &learner) == Some(false)).then_some(()),
-    )
-    .await;
+    until_voting(world, &mut seen, &learner, "the learner is a voting member").await;
     let acted = event(world, &mut seen, "AutopilotActed", &learner).await;
     assert!(
         acted.contains("before ") && acted.contains("after "),
@@ -293,11 +295,11 @@ fn a_learner_frozen_just_before_its_promotion_is_refused_then_promoted() {
             "acted while the learner was frozen"
         );
         world.thaw_member(&learner).await.expect("thaw");
-        until(
+        until_voting(
             world,
             &mut seen,
+            &learner,
             "the learner is promoted once back",
-            async |w| (is_learner(&listed(w).await, &learner) == Some(false)).then_some(()),
         )
         .await;
         assert!(seen.quorum_lost.is_empty(), "{:?}", seen.quorum_lost);
