@@ -86,7 +86,7 @@ const ACTION_RESULTS: [&str; 4] = ["done", "failed", "dry_run", "fleet_busy"];
 
 /// The refusals that are news ([`refusal_is_news`]), each a `reason` of
 /// `quorumguard_autopilot_refusals_total`.
-const NEWS: [Why; 13] = [
+const NEWS: [Why; 14] = [
     Why::Paused,
     Why::NotFresh,
     Why::HealthUnknown,
@@ -100,6 +100,7 @@ const NEWS: [Why; 13] = [
     Why::KcpChance,
     Why::NotProven,
     Why::Corrupt,
+    Why::CompactionNotApplied,
 ];
 
 /// Whether a refusal is about a step the autopilot would take (an Event), rather than the
@@ -111,12 +112,12 @@ fn refusal_is_news(why: Why) -> bool {
     )
 }
 
-/// A wait with an end (the interval, the back-off, a step in flight, KCP's own chance) is
-/// normal; a refusal that needs a look is a warning.
+/// A wait with an end (the interval, the back-off, a step in flight, KCP's own chance, a
+/// member catching up to the compaction) is normal; a refusal that needs a look is a warning.
 fn refusal_is_wait(why: Why) -> bool {
     matches!(
         why,
-        Why::Interval | Why::BackOff | Why::InFlight | Why::KcpChance
+        Why::Interval | Why::BackOff | Why::InFlight | Why::KcpChance | Why::CompactionNotApplied
     )
 }
 

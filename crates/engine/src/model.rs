@@ -146,7 +146,11 @@ pub struct Member {
     pub version: Option<String>,
     pub db_size: Option<u64>,
     pub raft_term: Option<u64>,
+    /// The raft index this member's committed index stood at (etcd's `raftIndex`).
     pub raft_index: Option<u64>,
+    /// The last raft entry this member has applied to its database (etcd's `raftAppliedIndex`,
+    /// reported since etcd 3.4): a write is in its database once this reaches the write's entry.
+    pub raft_applied_index: Option<u64>,
     pub alarms: Vec<Alarm>,
 }
 
@@ -165,6 +169,7 @@ impl Member {
             db_size: None,
             raft_term: None,
             raft_index: None,
+            raft_applied_index: None,
             alarms: Vec::new(),
         }
     }

@@ -49,6 +49,7 @@ fn a_defragmentation_goes_to_its_member_and_move_leader_to_the_leader() {
     let defrag = Step::Defragment {
         member: MemberId(3),
         name: "c".into(),
+        db_size: None,
     };
     assert_eq!(calls(&defrag, &c), [(Call::Defragment, 3, None)]);
     let moved = Step::MoveLeader {
@@ -96,6 +97,7 @@ fn a_step_the_fresh_probe_cannot_place_is_not_planned() {
     let defrag = Step::Defragment {
         member: MemberId(9),
         name: "z".into(),
+        db_size: None,
     };
     assert!(
         plan(&defrag, &c)

@@ -153,6 +153,7 @@ fn the_label_lists_hold_every_value_the_code_can_give() {
         Step::Defragment {
             member: MemberId(1),
             name: "m".into(),
+            db_size: None,
         },
         Step::MoveLeader {
             from: MemberId(1),

@@ -6,6 +6,14 @@
 //! fresh probe (the health check between steps), and a defragmentation must keep quorum with
 //! its member counted down. Never on CORRUPT. The plan stops at the first failed step and says
 //! where ([`Progress::stopped`]).
+//!
+//! A member is defragmented only once it has applied the compaction. The compaction returns
+//! when the member asked (the leader) has applied it; every other member compacts its own
+//! database when it applies the same raft entry, and a member defragmented before that frees
+//! nothing. So the probe after the compaction notes a raft index at or past the compaction's
+//! entry ([`Progress::compaction_index`]), and a member is defragmented once its applied index
+//! (etcd's `raftAppliedIndex`) reaches it; before, the plan waits
+//! ([`Why::CompactionNotApplied`]).
 
 use super::proof::act;
 use super::{Act, Count, Situation, Step, Why};
@@ -15,8 +23,14 @@ use crate::model::{Alarm, HealthRef, Member, MemberId};
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Progress {
     pub compacted: bool,
+    /// A raft index at or past the compaction's entry, from the probe after the compaction
+    /// (the highest committed index it showed): a member whose applied index has reached it
+    /// has compacted its database.
+    pub compaction_index: Option<u64>,
     /// Members defragmented, in order.
     pub defragmented: Vec<MemberId>,
+    /// Their databases' sizes just before their defragmentation, where the probe knew them.
+    pub size_before: Vec<(MemberId, u64)>,
     /// The leader the plan moved leadership away from.
     pub moved_from: Option<MemberId>,
     /// Where the plan stopped, and why: it goes no further without a person.
@@ -32,7 +46,14 @@ impl Progress {
     pub fn done(&mut self, step: &Step) {
         match step {
             Step::Compact => self.compacted = true,
-            Step::Defragment { member, .. } => self.defragmented.push(*member),
+            Step::Defragment {
+                member, db_size, ..
+            } => {
+                self.defragmented.push(*member);
+                if let Some(b) = db_size {
+                    self.size_before.push((*member, *b));
+                }
+            }
             Step::MoveLeader { from, .. } => self.moved_from = Some(*from),
             _ => {}
         }
@@ -137,6 +158,41 @@ pub(super) fn next_step(s: &Situation<'_>, members: &[Member], now: Count) -> Re
 }
 
 fn defragment(s: &Situation<'_>, f: &Member, now: Count) -> Result<Act, Refused> {
+    let compaction = s.book.free_space.compaction_index;
+    match (compaction, f.raft_applied_index) {
+        (Some(c), Some(a)) if a >= c => {}
+        (Some(c), Some(a)) => {
+            return Err((
+                Why::CompactionNotApplied,
+                format!(
+                    "etcd member {} (id {}) has applied raft entries up to {a}, and the compaction is at or below entry {c}: defragmenting it before it applies the compaction would free nothing. Next: the plan waits for it to catch up (each probe looks again); a member that stays behind its leader needs a look at its logs.",
+                    f.display_name(),
+                    f.id
+                ),
+            ));
+        }
+        (c, _) => {
+            let missing = if c.is_none() {
+                "the probe after the compaction showed no raft index".to_string()
+            } else {
+                format!(
+                    "etcd member {} (id {}) does not report its applied index (etcd before 3.4)",
+                    f.display_name(),
+                    f.id
+                )
+            };
+            return Err((
+                Why::NotProven,
+                format!(
+                    "whether etcd member {} (id {}) has applied the compaction is unknown: {missing}. Next, by hand: `etcdctl --endpoints={} get / --rev=1 --consistency=s` answers \"required revision has been compacted\" once it has; then `etcdctl --endpoints={} defrag`.",
+                    f.display_name(),
+                    f.id,
+                    endpoint(f),
+                    endpoint(f)
+                ),
+            ));
+        }
+    }
     let during = Count {
         voting: now.voting,
         healthy: now.healthy - usize::from(!f.is_learner),
@@ -163,6 +219,7 @@ fn defragment(s: &Situation<'_>, f: &Member, now: Count) -> Result<Act, Refused>
         Step::Defragment {
             member: f.id,
             name: f.display_name(),
+            db_size: f.db_size,
         },
         now,
         during,
@@ -172,20 +229,36 @@ fn defragment(s: &Situation<'_>, f: &Member, now: Count) -> Result<Act, Refused>
 
 fn disarm(s: &Situation<'_>, members: &[Member], now: Count) -> Result<Act, Refused> {
     let quota = s.settings.quota_backend_bytes;
+    let before = |id: MemberId| {
+        s.book
+            .free_space
+            .size_before
+            .iter()
+            .find(|(m, _)| *m == id)
+            .map(|(_, b)| *b)
+    };
     let over: Vec<String> = members
         .iter()
         .filter(|m| !m.is_unstarted())
         .filter(|m| m.db_size.is_none_or(|b| b >= quota))
-        .map(|m| match m.db_size {
-            Some(b) => format!("{} ({b} bytes)", m.display_name()),
-            None => format!("{} (size unknown)", m.display_name()),
+        .map(|m| match (m.db_size, before(m.id)) {
+            (Some(b), Some(was)) if b >= was => format!(
+                "{} ({b} bytes, {was} before its defragmentation: it freed nothing)",
+                m.display_name()
+            ),
+            (Some(b), Some(was)) => format!(
+                "{} ({b} bytes, {was} before its defragmentation)",
+                m.display_name()
+            ),
+            (Some(b), None) => format!("{} ({b} bytes)", m.display_name()),
+            (None, _) => format!("{} (size unknown)", m.display_name()),
         })
         .collect();
     if !over.is_empty() {
         return Err((
             Why::NotProven,
             format!(
-                "every member is defragmented, but not every database is under the quota of {quota} bytes: {}. Next, by hand: raise --quota-backend-bytes on every member (kubeadm: etcd.local.extraArgs) or delete data, then `etcdctl alarm disarm`.",
+                "every member applied the compaction before its defragmentation, but not every database is under the quota of {quota} bytes: {}. What a member still holds after both is live data (the keys themselves, or the revisions kept since the compaction). Next, by hand: delete data or raise --quota-backend-bytes on every member (kubeadm: etcd.local.extraArgs), then `etcdctl alarm disarm`.",
                 over.join(", ")
             ),
         ));
@@ -195,6 +268,13 @@ fn disarm(s: &Situation<'_>, members: &[Member], now: Count) -> Result<Act, Refu
         s.fresh.kcp_shown()
     );
     Ok(act(Step::Disarm, now, now, message))
+}
+
+/// The member's client URL, for a command a person runs.
+fn endpoint(m: &Member) -> &str {
+    m.client_urls
+        .first()
+        .map_or("<its client URL>", String::as_str)
 }
 
 /// Where the plan is, for a refusal.

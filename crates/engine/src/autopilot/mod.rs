@@ -210,8 +210,13 @@ pub enum Step {
     DeleteMachine { machine: String },
     /// Compact the history up to the current revision.
     Compact,
-    /// Defragment one member (it answers nothing meanwhile).
-    Defragment { member: MemberId, name: String },
+    /// Defragment one member (it answers nothing meanwhile); `db_size`: its database's size on
+    /// the probe that proved the step, to tell afterwards whether it freed anything.
+    Defragment {
+        member: MemberId,
+        name: String,
+        db_size: Option<u64>,
+    },
     /// Hand leadership to `to`, a member already defragmented.
     MoveLeader { from: MemberId, to: MemberId },
     /// `etcdctl alarm disarm`.
@@ -240,7 +245,7 @@ impl fmt::Display for Step {
             }
             Step::DeleteMachine { machine } => write!(f, "delete Machine {machine}"),
             Step::Compact => f.write_str("compact etcd's history"),
-            Step::Defragment { member, name } => {
+            Step::Defragment { member, name, .. } => {
                 write!(f, "defragment etcd member {name} (id {member})")
             }
             Step::MoveLeader { from, to } => {
@@ -329,6 +334,9 @@ pub enum Why {
     NotProven,
     /// A CORRUPT alarm: no space is freed (that member's data is wrong; replace it).
     Corrupt,
+    /// The member to defragment has not applied the plan's compaction yet: defragmenting it
+    /// now would free nothing. A wait: the member applies it as it catches up.
+    CompactionNotApplied,
 }
 
 /// A refusal, with the words of its Event; `until` when only time stands in the way.

@@ -19,6 +19,7 @@ fn three() -> ControlPlane {
         m.is_leader = i == 0;
         m.raft_term = Some(2);
         m.raft_index = Some(1000);
+        m.raft_applied_index = Some(1000);
     }
     c
 }
@@ -491,20 +492,87 @@ fn free_space_stops_at_a_failed_health_check_and_never_runs_on_corrupt() {
 }
 
 #[test]
-fn disarm_waits_for_every_database_under_the_quota() {
+fn disarm_waits_for_every_database_under_the_quota_and_says_which_kept_its_size() {
     let mut ask = Ask::on();
     ask.settings.quota_backend_bytes = 1000;
-    let c = nospace(1500);
+    let mut c = nospace(1500);
+    members_mut(&mut c)[1].db_size = Some(1200);
+    members_mut(&mut c)[2].db_size = Some(900);
     ask.book.free_space = Progress {
         compacted: true,
+        compaction_index: Some(1000),
         defragmented: vec![MemberId(2), MemberId(3), MemberId(1)],
+        size_before: vec![
+            (MemberId(2), 1500),
+            (MemberId(3), 1500),
+            (MemberId(1), 1500),
+        ],
         moved_from: Some(MemberId(1)),
         stopped: None,
     };
     let r = refused(ask.decide(&c, &c), Why::NotProven);
     assert!(
+        r.message.contains(
+            "not every database is under the quota of 1000 bytes: m1 (1500 bytes, 1500 before its defragmentation: it freed nothing), m2 (1200 bytes, 1500 before its defragmentation)."
+        ) && r.message.contains("live data")
+            && r.message.contains("delete data or raise --quota-backend-bytes"),
+        "{}",
         r.message
-            .contains("not every database is under the quota of 1000 bytes: m1 (1500 bytes)"),
+    );
+}
+
+/// A compaction returns once the leader has applied it; a follower compacts when it applies the
+/// same entry. Defragmented before that, it frees nothing: the plan waits for its applied index.
+#[test]
+fn free_space_defragments_a_member_only_once_it_has_applied_the_compaction() {
+    let mut ask = Ask::on();
+    ask.settings.quota_backend_bytes = 1000;
+    let mut c = nospace(1500);
+    let a = acted(ask.decide(&c, &c));
+    assert_eq!(a.step, Step::Compact);
+    ask.book.started(&a, ask.now);
+    // The probe after the compaction: the leader has committed and applied up to 1010; m2 has
+    // applied only to 1004, m3 to 1010.
+    for (i, m) in members_mut(&mut c).iter_mut().enumerate() {
+        m.raft_index = Some(1010);
+        m.raft_applied_index = Some(if i == 1 { 1004 } else { 1010 });
+    }
+    let out = ask.book.settle(&c, ask.settings.interval, ask.now + 5);
+    assert!(matches!(out, Some(Outcome::Succeeded(_))), "{out:?}");
+    assert_eq!(ask.book.free_space.compaction_index, Some(1010));
+    ask.now += 10;
+    // m2 first (the first follower in order) would free nothing yet: a wait, naming it.
+    let r = refused(ask.decide(&c, &c), Why::CompactionNotApplied);
+    assert!(
+        r.message.contains(
+            "etcd member m2 (id 2) has applied raft entries up to 1004, and the compaction is at or below entry 1010"
+        ),
+        "{}",
+        r.message
+    );
+    // Caught up: defragmented, its size before noted.
+    members_mut(&mut c)[1].raft_applied_index = Some(1012);
+    let a = acted(ask.decide(&c, &c));
+    assert_eq!(
+        a.step,
+        Step::Defragment {
+            member: MemberId(2),
+            name: "m2".into(),
+            db_size: Some(1500),
+        }
+    );
+    ask.book.started(&a, ask.now);
+    ask.book.settle(&c, ask.settings.interval, ask.now + 5);
+    assert_eq!(ask.book.free_space.size_before, [(MemberId(2), 1500)]);
+    // A member that does not say what it applied (etcd before 3.4) is for a person.
+    members_mut(&mut c)[2].raft_applied_index = None;
+    members_mut(&mut c)[2].client_urls = vec!["https://10.0.0.3:2379".into()];
+    ask.now += 10;
+    let r = refused(ask.decide(&c, &c), Why::NotProven);
+    assert!(
+        r.message.contains("does not report its applied index")
+            && r.message
+                .contains("`etcdctl --endpoints=https://10.0.0.3:2379 defrag`"),
         "{}",
         r.message
     );

@@ -19,6 +19,7 @@ pub(super) struct Status {
     db_size: i64,
     raft_term: u64,
     raft_index: u64,
+    raft_applied_index: u64,
     is_learner: bool,
     pub(super) errors: Vec<String>,
 }
@@ -32,6 +33,7 @@ impl From<StatusResponse> for Status {
             db_size: s.db_size(),
             raft_term: s.raft_term(),
             raft_index: s.raft_index(),
+            raft_applied_index: s.raft_applied_index(),
             is_learner: s.is_learner(),
             errors: s.errors().to_vec(),
         }
@@ -164,6 +166,8 @@ pub(super) fn apply(member: &mut Member, url: &str, report: Report) {
     member.db_size = u64::try_from(status.db_size).ok();
     member.raft_term = Some(status.raft_term);
     member.raft_index = Some(status.raft_index);
+    // etcd before 3.4 does not report it (0).
+    member.raft_applied_index = Some(status.raft_applied_index).filter(|&i| i > 0);
     // The member list is the authority on learners; a status saying so too changes nothing.
     member.is_learner |= status.is_learner;
     member.health = if let Some(why) = judge_status(&status) {
@@ -191,6 +195,7 @@ mod tests {
             db_size: 24576,
             raft_term: 2,
             raft_index: 28,
+            raft_applied_index: 27,
             is_learner: false,
             errors: errors.iter().map(|s| s.to_string()).collect(),
         }
@@ -211,6 +216,7 @@ mod tests {
         assert_eq!(m.health, Health::Healthy);
         assert!(m.is_leader);
         assert_eq!(m.raft_index, Some(28));
+        assert_eq!(m.raft_applied_index, Some(27));
         assert_eq!(m.version.as_deref(), Some("3.4.23"));
 
         let m = applied(Report {
