@@ -711,16 +711,23 @@ fn nospace_keeps_quorum_and_membership() {
         }
     }
     // Deleting is allowed: [/blob/1, /blob/9) is every blob but /blob/0 and /blob/9 (the space
-    // FreeSpace will reclaim below).
+    // FreeSpace will reclaim below), /blob/9x too.
     let deleted = cluster
         .etcdctl(&endpoints[..1], &["del", "/blob/1", "/blob/9"])
         .expect("a delete under NOSPACE");
     // Every blob written in [/blob/1, /blob/9), and perhaps the one whose put was refused: etcd
     // applies the put that crosses the quota and answers it with NOSPACE (quotaApplierV3.Put,
     // etcdserver/apply.go); only a put refused before it is proposed (the server's own check of
-    // the quota) is not written. Seen: 7 written, 7 deleted, /blob/7 among them.
-    let written_in_range = written.min(9) - 1;
-    let refused_in_range = u32::from((1..9).contains(&written));
+    // the quota) is not written. Seen: 7 written, 7 deleted, /blob/7 among them; 10 written, 9
+    // deleted (/blob/1 .. /blob/8 and the refused /blob/10).
+    // The range is of keys, compared as bytes: /blob/10 .. /blob/19 are in it too.
+    let in_range = |i: u32| {
+        let key = format!("/blob/{i}");
+        key.as_str() >= "/blob/1" && key.as_str() < "/blob/9"
+    };
+    let written_in_range =
+        u32::try_from((0..written).filter(|&i| in_range(i)).count()).expect("fewer than 40 blobs");
+    let refused_in_range = u32::from(in_range(written));
     let n = deleted.trim().parse::<u32>().ok();
     assert!(
         n.is_some_and(|n| n >= written_in_range && n <= written_in_range + refused_in_range),
