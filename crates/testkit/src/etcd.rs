@@ -226,12 +226,16 @@ impl EtcdCluster {
     /// `Range`, `Alarm`, ...): etcd's own `grpc_server_started_total`, summed over the members,
     /// read from each member's `/metrics` on its client URL (TLS with a client certificate, as
     /// the prober connects; reading it is HTTP, not gRPC, so it counts nothing itself). What the
-    /// etcd request budgets count ([`crate::budgets`]): etcd's count, not the prober's. Panics
-    /// when a member does not answer (a frozen one).
+    /// etcd request budgets count ([`crate::budgets`]): etcd's count, not the prober's. A member
+    /// added and never started (no process) received nothing and is skipped. Panics when a
+    /// member does not answer (a frozen one).
     pub async fn grpc_requests(&self) -> BTreeMap<String, u64> {
         let tls = self.client_tls().config();
         let mut out = BTreeMap::new();
         for i in 0..self.len() {
+            if self.inner.pid(i).is_none() {
+                continue;
+            }
             let url = self.client_url(i);
             let addr: SocketAddr = url
                 .trim_start_matches("https://")

@@ -1,8 +1,10 @@
 //! Each etcd call an autopilot action is made of, on a real cluster, checked by what etcd says
 //! afterwards (etcdctl's member list, a write, the members' status), and the NOSPACE recovery in
 //! the order the autopilot follows: compact, defragment the followers, move the leadership,
-//! defragment the former leader, disarm.
+//! defragment the former leader, disarm. Each call of the recovery is counted by etcd itself
+//! (`grpc_server_started_total`), the figures in docs/autopilot.md.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use quorumguard_autopilot::{ActError, EtcdActor};
@@ -18,6 +20,23 @@ const DEADLINE: Duration = Duration::from_secs(5);
 
 fn actor(cluster: &EtcdCluster) -> EtcdActor {
     EtcdActor::new(cluster.client_tls(), Transport::Direct, DEADLINE)
+}
+
+/// What etcd counted between `before` and now, as "Method n, ..." (requests by gRPC method).
+fn counted(
+    rt: &tokio::runtime::Runtime,
+    cluster: &EtcdCluster,
+    before: &BTreeMap<String, u64>,
+) -> String {
+    let after = rt.block_on(cluster.grpc_requests());
+    after
+        .iter()
+        .filter_map(|(method, n)| {
+            let d = n - before.get(method).copied().unwrap_or(0);
+            (d > 0).then(|| format!("{method} {d}"))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn leader(p: &Probe) -> &Member {
@@ -50,8 +69,12 @@ fn a_started_learner_is_promoted() {
     // it may not be yet, and etcd says so; the autopilot acts on the next probe then.
     let started = Instant::now();
     loop {
+        let before = rt.block_on(cluster.grpc_requests());
         match rt.block_on(actor(&cluster).promote(leader(&p), learner)) {
-            Ok(()) => break,
+            Ok(()) => {
+                assert_eq!(counted(&rt, &cluster, &before), "MemberPromote 1");
+                break;
+            }
             Err(ActError::Refused { error, .. }) if error.contains("in sync") => {
                 assert!(started.elapsed() < SETTLE, "never in sync: {error}");
                 std::thread::sleep(Duration::from_millis(500));
@@ -91,8 +114,10 @@ fn a_member_added_that_never_started_is_removed() {
         matches!(err, ActError::Unreachable { .. }) && err.to_string().contains("never started"),
         "{err}"
     );
+    let before = rt.block_on(cluster.grpc_requests());
     rt.block_on(actor(&cluster).remove(leader(&p), unstarted.id))
         .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(counted(&rt, &cluster, &before), "MemberRemove 1");
     let listed = cluster.member_list();
     assert_eq!(listed.len(), 3, "{listed:?}");
     assert!(
@@ -138,38 +163,51 @@ fn nospace_is_cleared_in_the_autopilots_order() {
 
     // 1. Compact the history (once, cluster-wide).
     let old_leader = leader(&p).clone();
+    let before = rt.block_on(cluster.grpc_requests());
     let revision = rt
         .block_on(actor.compact(&old_leader))
         .unwrap_or_else(|e| panic!("{e}"));
+    // The current revision from the leader's status, then the compaction up to it.
+    assert_eq!(counted(&rt, &cluster, &before), "Compact 1, Status 1");
     assert!(revision > 1, "{revision}");
     // Each member compacts its own backend when it applies the compaction, after the call has
     // returned (seen on a loaded machine: a follower defragmented at once still held 0.8 MiB).
-    // The autopilot defragments one sweep after the compaction at the earliest; here, wait (at
-    // most 10 s) until each member answers a read of the first revision, from its own store,
-    // with "compacted".
+    // The autopilot's evidence (crates/engine/src/autopilot/free_space.rs): the highest raft
+    // index a probe after the compaction shows is at or past the compaction's entry, so a member
+    // whose applied index has reached it has compacted. Wait for that on the probes, then ask
+    // etcd itself, once per member and without waiting: a read of the first revision from the
+    // member's own store (serializable) is answered "compacted".
+    let after = probe_until(&rt, &cluster, "a probe after the compaction", |_| true);
+    let bound = after
+        .members
+        .iter()
+        .filter_map(|m| m.raft_index)
+        .max()
+        .expect("raft indexes");
+    probe_until(&rt, &cluster, "every member applied the compaction", |p| {
+        p.members
+            .iter()
+            .all(|m| m.raft_applied_index.is_some_and(|a| a >= bound))
+    });
     for m in &p.members {
         let ep = m.client_urls.first().expect("a client URL").clone();
-        let mut last = String::new();
-        for _ in 0..100 {
-            match cluster.etcdctl(
-                std::slice::from_ref(&ep),
-                &["get", "/history", "--rev=1", "--consistency=s"],
-            ) {
-                Err(e) if e.contains("compacted") => {
-                    last.clear();
-                    break;
-                }
-                other => last = format!("{other:?}"),
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        assert!(last.is_empty(), "{} never compacted: {last}", m.name);
+        let read = cluster.etcdctl(
+            std::slice::from_ref(&ep),
+            &["get", "/history", "--rev=1", "--consistency=s"],
+        );
+        assert!(
+            read.as_ref().is_err_and(|e| e.contains("compacted")),
+            "{} has applied entry {bound} and answers revision 1: {read:?}",
+            m.name
+        );
     }
     // 2. Defragment each follower, its status (a health check) after each.
     let followers: Vec<&Member> = p.members.iter().filter(|m| !m.is_leader).collect();
     for f in &followers {
+        let before = rt.block_on(cluster.grpc_requests());
         rt.block_on(actor.defragment(f))
             .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(counted(&rt, &cluster, &before), "Defragment 1");
         let s = rt
             .block_on(actor.status(f))
             .unwrap_or_else(|e| panic!("{e}"));
@@ -179,8 +217,10 @@ fn nospace_is_cleared_in_the_autopilots_order() {
     // 3. Move the leadership to a defragmented follower, so the former leader's defragmentation
     //    (which blocks the member it runs on) stalls no leader.
     let to = followers[0].id;
+    let before = rt.block_on(cluster.grpc_requests());
     rt.block_on(actor.move_leader(&old_leader, to))
         .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(counted(&rt, &cluster, &before), "MoveLeader 1");
     let p2 = probe_until(&rt, &cluster, "the new leader", |p| {
         p.members.iter().any(|m| m.is_leader && m.id == to)
     });
@@ -211,8 +251,10 @@ fn nospace_is_cleared_in_the_autopilots_order() {
     assert!(!alarmed.is_empty());
     let via = leader(&p2).clone();
     for id in alarmed {
+        let before = rt.block_on(cluster.grpc_requests());
         rt.block_on(actor.disarm_nospace(&via, id))
             .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(counted(&rt, &cluster, &before), "Alarm 1");
     }
     cluster
         .etcdctl(&endpoints[..1], &["put", "/after", "1"])
