@@ -127,6 +127,15 @@ async fn until<T>(
     );
 }
 
+/// Prints a story's figure (`cargo test --workspace --test slow -- playground::autopilot
+/// --nocapture`): how long from `since` (the autopilot turned on) to `what`.
+fn figure(story: &str, what: &str, since: Instant) {
+    println!(
+        "figure: {story}: autopilot on -> {what}: {:.1} s",
+        since.elapsed().as_secs_f64()
+    );
+}
+
 /// How long a story lets the dry run stand once it says what it would do, before it looks that
 /// nothing was done: four sweeps, each of which the autopilot in `on` would have acted in.
 const DRY_RUN_HOLD: Duration = Duration::from_secs(2);
@@ -252,7 +261,9 @@ async fn learner_story(world: &World) {
     event(world, &mut seen, "AutopilotDryRun", &learner).await;
 
     annotate(world, "on").await;
+    let on = Instant::now();
     until_voting(world, &mut seen, &learner, "the learner is a voting member").await;
+    figure("learner never promoted", "voting", on);
     let acted = event(world, &mut seen, "AutopilotActed", &learner).await;
     assert!(
         acted.contains("before ") && acted.contains("after "),
@@ -295,6 +306,7 @@ fn a_learner_frozen_just_before_its_promotion_is_refused_then_promoted() {
             "acted while the learner was frozen"
         );
         world.thaw_member(&learner).await.expect("thaw");
+        let thawed = Instant::now();
         until_voting(
             world,
             &mut seen,
@@ -302,6 +314,10 @@ fn a_learner_frozen_just_before_its_promotion_is_refused_then_promoted() {
             "the learner is promoted once back",
         )
         .await;
+        println!(
+            "figure: learner frozen before its promotion: thawed -> voting: {:.1} s",
+            thawed.elapsed().as_secs_f64()
+        );
         assert!(seen.quorum_lost.is_empty(), "{:?}", seen.quorum_lost);
     });
 }
@@ -321,10 +337,14 @@ async fn unstarted_story(world: &World) {
     assert_eq!(listed(world).await.len(), 4, "dry-run removed it");
 
     annotate(world, "on").await;
+    let on = Instant::now();
     until(world, &mut seen, "the member is removed", async |w| {
         (listed(w).await.len() == 3).then_some(())
     })
     .await;
+    // KCP's chance (2 s here) is counted from when the action was first published: it ran out
+    // during the dry run.
+    figure("member never started", "removed", on);
     let names: Vec<String> = listed(world).await.into_iter().map(|m| m.1).collect();
     assert!(names.iter().all(|n| !n.is_empty()), "{names:?}");
     event(world, &mut seen, "AutopilotActed", "never started").await;
@@ -397,6 +417,7 @@ fn the_stuck_upgrade_of_2651_converges_with_the_autopilot() {
         );
 
         annotate(world, "on").await;
+        let on = Instant::now();
         // Deleted: KCP's pre-terminate hook and the Machine finalizer hold it until KCP and
         // the Machine controller are done with it.
         until(
@@ -425,6 +446,7 @@ fn the_stuck_upgrade_of_2651_converges_with_the_autopilot() {
             tokio::time::sleep(world.settle_time()).await;
         }
         assert!(converged, "the rollout did not converge:\n{}", tl.text());
+        figure("#2651 stuck upgrade", "the rollout converged", on);
         let machines = world.machines();
         assert_eq!(machines.len(), 3, "{machines:?}");
         assert!(
@@ -484,6 +506,7 @@ fn nospace_is_freed_and_disarmed_by_the_autopilot() {
         assert!(alarms.contains("NOSPACE"), "dry-run disarmed it: {alarms}");
 
         annotate(&world, "on").await;
+        let on = Instant::now();
         until(&world, &mut seen, "the alarm is disarmed", async |w| {
             let alarms = w
                 .etcd(|e| {
@@ -496,6 +519,7 @@ fn nospace_is_freed_and_disarmed_by_the_autopilot() {
             (!alarms.contains("NOSPACE")).then_some(())
         })
         .await;
+        figure("NOSPACE", "disarmed (6 steps)", on);
         // Writes work again.
         let put = world
             .etcd(|e| {
