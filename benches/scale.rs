@@ -6,8 +6,9 @@
 //!
 //! Run: `cargo bench --bench scale`. Settings: `-- --kcps 1000 --etcd-clusters 2 --members 3
 //! --probe-interval 10s --probe-concurrency 16 --concurrency 8 --connections 2 --slice 500ms
-//! --bound 10m --etcd-nice 0`; `-- --smoke` is 5 KCPs on one single-member etcd with a 1 s interval (what
-//! tests/it/scale.rs runs).
+//! --bound 10m --etcd-nice 0 --transport direct`; `--transport port-forward` reaches etcd as
+//! `serve` does by default, through each workload API server; `-- --smoke` is 5 KCPs on one
+//! single-member etcd with a 1 s interval (what tests/it/scale.rs runs).
 //!
 //! The guard is a child process (the `quorumguard` binary of the same profile), so the RSS and
 //! CPU figures are its own; the stand-in, etcd and the load generator are elsewhere.

@@ -70,6 +70,11 @@ pub struct ScaleOptions {
     /// clusters' machines; here its CPU competes with the guard's, and a positive value takes
     /// most of it out of the guard's way, to tell the two apart.
     pub etcd_nice: i32,
+    /// How the guard reaches etcd: `direct` (the endpoints annotation) or `port-forward` (the
+    /// production default: through each workload cluster's API server, here one stand-in per
+    /// etcd cluster relaying `kube-system/etcd-<member>`, reached with the kubeconfig of Secret
+    /// `<cluster>-kubeconfig`). The port-forward sessions the guard keeps count in its RSS.
+    pub port_forward: bool,
 }
 
 impl ScaleOptions {
@@ -87,6 +92,7 @@ impl ScaleOptions {
             slice: Duration::from_millis(500),
             bound: Duration::from_secs(600),
             etcd_nice: 0,
+            port_forward: false,
         }
     }
 
@@ -103,12 +109,13 @@ impl ScaleOptions {
             slice: Duration::from_millis(250),
             bound: Duration::from_secs(60),
             etcd_nice: 0,
+            port_forward: false,
         }
     }
 
     /// `full()` (or `smoke()` with `--smoke`) changed by `--kcps N --etcd-clusters N --members N
     /// --probe-interval 10s --probe-concurrency N --concurrency N --connections N --slice 500ms
-    /// --bound 10m --etcd-nice 0` (also as `--key=value`).
+    /// --bound 10m --etcd-nice 0 --transport direct|port-forward` (also as `--key=value`).
     pub fn from_args(args: &[String]) -> Result<Self> {
         let mut o = if args.iter().any(|a| a == "--smoke") {
             Self::smoke()
@@ -128,6 +135,13 @@ impl ScaleOptions {
                 "slice" => o.slice = d()?,
                 "bound" => o.bound = d()?,
                 "etcd-nice" => o.etcd_nice = value.parse()?,
+                "transport" => {
+                    o.port_forward = match value.as_str() {
+                        "direct" => false,
+                        "port-forward" => true,
+                        other => bail!("--transport direct or port-forward, not {other:?}"),
+                    }
+                }
                 _ => bail!("unknown flag --{key}"),
             }
         }
@@ -242,6 +256,8 @@ pub struct Fleet {
     pub clusters: Vec<String>,
     pub objects: usize,
     _etcd: Vec<EtcdCluster>,
+    /// With `--transport port-forward`: the workload API-server stand-ins, one per etcd cluster.
+    _workloads: Vec<ApiServer>,
 }
 
 /// `cp-a`, `cp-b`, ...: the node (and so etcd member) names of every workload cluster.
@@ -287,14 +303,44 @@ impl Fleet {
                 .await
                 .context("the API-server stand-in")?,
         );
+        let mut workloads = Vec::new();
+        if o.port_forward {
+            for e in &etcd {
+                let w = ApiServer::start()
+                    .await
+                    .context("a workload API-server stand-in")?;
+                for i in 0..e.len() {
+                    let (Some(url), Some(member)) = (e.client_url(i), e.name(i)) else {
+                        bail!("etcd member {i} has no client URL or name");
+                    };
+                    let addr = url
+                        .trim_start_matches("https://")
+                        .parse()
+                        .context("a loopback address")?;
+                    w.forward_pod("kube-system", &format!("etcd-{member}"), addr);
+                }
+                workloads.push(w);
+            }
+        }
         let mut clusters = Vec::new();
         for i in 0..o.kcps {
             let name = cluster_name(i);
             let e = &etcd[i % etcd.len()];
-            let annotations = json!({
-                "quorumguard.io/etcd-endpoints": e.endpoints().join(","),
-                "quorumguard.io/etcd-transport": "direct",
-            });
+            let annotations = match workloads.get(i % etcd.len()) {
+                None => json!({
+                    "quorumguard.io/etcd-endpoints": e.endpoints().join(","),
+                    "quorumguard.io/etcd-transport": "direct",
+                }),
+                Some(w) => {
+                    api.insert(seed::secret(
+                        NS,
+                        &format!("{name}-kubeconfig"),
+                        &[("value", &w.kubeconfig_yaml())],
+                    ))
+                    .context("seeding a workload kubeconfig")?;
+                    json!({ "quorumguard.io/etcd-transport": "port-forward" })
+                }
+            };
             let replicas = o.members;
             seed::cluster(&api, NS, &name, annotations, &names, Some(&e.pki), |k| {
                 k["spec"]["replicas"] = json!(replicas)
@@ -303,9 +349,10 @@ impl Fleet {
         }
         Ok(Fleet {
             api,
-            objects: clusters.len() * (3 + names.len()),
+            objects: clusters.len() * (3 + names.len() + usize::from(o.port_forward)),
             clusters,
             _etcd: etcd,
+            _workloads: workloads,
         })
     }
 }
@@ -354,8 +401,12 @@ impl Guard {
                 humantime::format_duration(o.probe_interval)
             ))
             .arg(format!("--probe-concurrency={}", o.probe_concurrency))
+            .arg(if o.port_forward {
+                "--etcd-transport=port-forward"
+            } else {
+                "--etcd-transport=direct"
+            })
             .args([
-                "--etcd-transport=direct",
                 "--no-leader-election",
                 "--log=warn",
                 "--shutdown-delay=0s",

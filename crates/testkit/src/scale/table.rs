@@ -9,7 +9,8 @@ pub fn table(f: &Figures) -> String {
     let mut out = format!(
         "scale: {} KCPs ({} objects in the stand-in) over {} etcd cluster(s) of {} member(s); \
          one guard process, --probe-interval {:?}, --probe-concurrency {}; reviews at \
-         concurrency {} over {} h2 connection(s), slices of {:?}; etcd at nice {}\n\n",
+         concurrency {} over {} h2 connection(s), slices of {:?}; etcd at nice {}; etcd reached \
+         {}\n\n",
         o.kcps,
         f.objects,
         o.etcd_clusters,
@@ -19,7 +20,12 @@ pub fn table(f: &Figures) -> String {
         o.concurrency,
         o.connections,
         o.slice,
-        o.etcd_nice
+        o.etcd_nice,
+        if o.port_forward {
+            "through port-forward (one workload API-server stand-in per etcd cluster)"
+        } else {
+            "directly"
+        }
     );
     let target = |met: bool| if met { "met" } else { "MISSED" };
     out += &format!("{:<44} {:>12}  target\n", "figure", "value");
