@@ -325,7 +325,7 @@ fn a_learner_frozen_just_before_its_promotion_is_refused_then_promoted() {
 /// A voting member added (`member add`, as kubeadm before learner mode) whose etcd never
 /// started: four voting members, three healthy. dry-run says it would remove it and does not;
 /// on removes it after KCP's chance.
-async fn unstarted_story(world: &World) {
+async fn unstarted_story(world: &World, api: &str) {
     let mut seen = Seen::default();
     world
         .etcd(|e| e.add_member("never-started").map(|_| ()))
@@ -344,7 +344,7 @@ async fn unstarted_story(world: &World) {
     .await;
     // KCP's chance (2 s here) is counted from when the action was first published: it ran out
     // during the dry run.
-    figure("member never started", "removed", on);
+    figure(&format!("member never started ({api})"), "removed", on);
     let names: Vec<String> = listed(world).await.into_iter().map(|m| m.1).collect();
     assert!(names.iter().all(|n| !n.is_empty()), "{names:?}");
     event(world, &mut seen, "AutopilotActed", "never started").await;
@@ -354,7 +354,7 @@ async fn unstarted_story(world: &World) {
 #[test]
 fn a_member_added_that_never_started_is_removed_by_the_autopilot() {
     on_the_stand_in("pg-ap-unstarted", async |world| {
-        unstarted_story(world).await
+        unstarted_story(world, "stand-in").await
     });
 }
 
@@ -380,7 +380,7 @@ fn a_member_that_never_started_is_removed_on_a_real_apiserver() {
         };
         let world = world_on(&dir, &[], Some(plan)).await;
         assert!(world.api.stand_in().is_none());
-        unstarted_story(&world).await;
+        unstarted_story(&world, "real kube-apiserver").await;
         world.shutdown().await;
     });
 }
