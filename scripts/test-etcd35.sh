@@ -35,10 +35,13 @@ if [ -z "${QUORUMGUARD_ETCD35_DIR:-}" ]; then
 fi
 export QUORUMGUARD_ETCD_BIN_DIR="$QUORUMGUARD_ETCD35_DIR"
 qg_check_etcd_bin_dir
+# Returns cargo's status (the function's own would be its last command's, the echo: a failed test
+# passed unseen until 2026-12-07).
 qg_etcd35_test() {
-  local started=$SECONDS
-  cargo test --locked "$@"
-  echo "quorumguard: on etcd 3.5.1: cargo test $* took $((SECONDS - started)) s" >&2
+  local started=$SECONDS rc=0
+  cargo test --locked "$@" || rc=$?
+  echo "quorumguard: on etcd 3.5.1: cargo test $* took $((SECONDS - started)) s (exit $rc)" >&2
+  return "$rc"
 }
 # Each line is one kind of test binary, its filters naming modules or tests: the tests of one
 # binary run together and overlap while they wait, as in scripts/test.sh. `--workspace --test it`
