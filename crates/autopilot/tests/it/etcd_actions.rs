@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use quorumguard_autopilot::{ActError, EtcdActor};
+use quorumguard_engine::autopilot::free_space::compaction_bound;
 use quorumguard_engine::model::{Alarm, Member, MemberId};
 use quorumguard_observe::etcd::{Probe, Prober, Transport};
 
@@ -172,18 +173,13 @@ fn nospace_is_cleared_in_the_autopilots_order() {
     assert!(revision > 1, "{revision}");
     // Each member compacts its own backend when it applies the compaction, after the call has
     // returned (seen on a loaded machine: a follower defragmented at once still held 0.8 MiB).
-    // The autopilot's evidence (crates/engine/src/autopilot/free_space.rs): the highest raft
-    // index a probe after the compaction shows is at or past the compaction's entry, so a member
-    // whose applied index has reached it has compacted. Wait for that on the probes, then ask
-    // etcd itself, once per member and without waiting: a read of the first revision from the
-    // member's own store (serializable) is answered "compacted".
+    // The autopilot's evidence (`compaction_bound`): the highest raft index a probe after the
+    // compaction shows is at or past the compaction's entry, so a member whose applied index has
+    // reached it has compacted. Wait for that on the probes, then ask etcd itself, once per
+    // member and without waiting: a read of the first revision from the member's own store
+    // (serializable) is answered "compacted".
     let after = probe_until(&rt, &cluster, "a probe after the compaction", |_| true);
-    let bound = after
-        .members
-        .iter()
-        .filter_map(|m| m.raft_index)
-        .max()
-        .expect("raft indexes");
+    let bound = compaction_bound(&after.members).expect("raft indexes");
     probe_until(&rt, &cluster, "every member applied the compaction", |p| {
         p.members
             .iter()

@@ -155,7 +155,7 @@ impl Book {
             self.failures = 0;
             self.failed_step = None;
             if f.step == Step::Compact {
-                self.free_space.compaction_index = compaction_bound(members);
+                self.free_space.compaction_index = super::free_space::compaction_bound(members);
             }
             self.free_space.done(&f.step);
             return Some(Outcome::Succeeded(format!(
@@ -265,14 +265,6 @@ impl Book {
         }
         None
     }
-}
-
-/// A raft index at or past the compaction's entry, read on the probe after it: the highest
-/// committed index any member shows. The compaction was proposed to the leader and returned once
-/// that member had applied it, so its entry was committed before this probe; the member that
-/// committed it shows an index at least as high, while it answers.
-fn compaction_bound(members: &[crate::model::Member]) -> Option<u64> {
-    members.iter().filter_map(|m| m.raft_index).max()
 }
 
 fn secs(d: std::time::Duration) -> i64 {

@@ -270,6 +270,15 @@ fn disarm(s: &Situation<'_>, members: &[Member], now: Count) -> Result<Act, Refu
     Ok(act(Step::Disarm, now, now, message))
 }
 
+/// A raft index at or past the compaction's entry, read on the probe after it: the highest
+/// committed index any member shows. The compaction was proposed to the leader and returned once
+/// that member had applied it, so its entry was committed before this probe; the member that
+/// committed it shows an index at least as high, while it answers. A member whose applied index
+/// has reached it has compacted its database.
+pub fn compaction_bound(members: &[Member]) -> Option<u64> {
+    members.iter().filter_map(|m| m.raft_index).max()
+}
+
 /// The member's client URL, for a command a person runs.
 fn endpoint(m: &Member) -> &str {
     m.client_urls
