@@ -127,6 +127,21 @@ pub fn minor_version() -> (u32, u32) {
     }
 }
 
+/// etcd requests by method between two readings of [`EtcdCluster::grpc_requests`]: how many in
+/// all, and as "Method n, ..." (methods with none left out).
+pub fn grpc_delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> (u64, String) {
+    let mut total = 0;
+    let mut by_method = Vec::new();
+    for (method, n) in after {
+        let d = n - before.get(method).copied().unwrap_or(0);
+        if d > 0 {
+            total += d;
+            by_method.push(format!("{method} {d}"));
+        }
+    }
+    (total, by_method.join(", "))
+}
+
 /// A runtime like the binary's, for tests that drive etcd from async code: two workers, as on
 /// the 2-core CI machine (the etcd slot is taken outside it: it is a blocking lock).
 pub fn runtime() -> tokio::runtime::Runtime {

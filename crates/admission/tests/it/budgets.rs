@@ -29,7 +29,7 @@ use testkit::budgets::{
     self, API_REQUESTS_PER_FRESH_PROBE, API_REQUESTS_PER_STEADY_SWEEP, CountingAllocator, Ledger,
     allocations_in, cached_copies_per_decision, etcd_requests_per_probe,
 };
-use testkit::etcd::EtcdCluster;
+use testkit::etcd::{EtcdCluster, grpc_delta};
 use testkit::reviews::{KCP_CONTROLLER, NS, fixture, with_managed_fields};
 use testkit::seed;
 use tower::ServiceExt;
@@ -179,23 +179,6 @@ fn budget_reviews_allocations_and_copies_of_cached_objects() {
     ledger.settle();
 }
 
-/// etcd requests by method between two readings of the members' counters.
-fn delta(
-    before: &std::collections::BTreeMap<String, u64>,
-    after: &std::collections::BTreeMap<String, u64>,
-) -> (u64, String) {
-    let mut total = 0;
-    let mut by_method = Vec::new();
-    for (method, n) in after {
-        let d = n - before.get(method).copied().unwrap_or(0);
-        if d > 0 {
-            total += d;
-            by_method.push(format!("{method} {d}"));
-        }
-    }
-    (total, by_method.join(", "))
-}
-
 /// The stand-in's requests after the first `from`, as `verb path`.
 fn requests_since(api: &ApiServer, from: usize) -> Vec<String> {
     api.requests()[from..]
@@ -242,7 +225,7 @@ async fn budget_etcd_and_api_requests_per_probe_sweep_and_fresh_probe() {
             "{p:?}"
         );
     }
-    let (requests, by_method) = delta(&before, &etcd.grpc_requests().await);
+    let (requests, by_method) = grpc_delta(&before, &etcd.grpc_requests().await);
     ledger.hold(
         &format!("etcd requests of {PROBES} probes of {n} members ({by_method})"),
         requests,
@@ -275,7 +258,7 @@ async fn budget_etcd_and_api_requests_per_probe_sweep_and_fresh_probe() {
     for _ in 0..SWEEPS {
         sweep_once(&client, &state, &sweep, &probers).await;
     }
-    let (requests, by_method) = delta(&before, &etcd.grpc_requests().await);
+    let (requests, by_method) = grpc_delta(&before, &etcd.grpc_requests().await);
     let api_requests = requests_since(&api, api_before);
     ledger.hold(
         &format!("etcd requests of {SWEEPS} steady sweeps of one cluster ({by_method})"),
@@ -330,7 +313,7 @@ async fn budget_etcd_and_api_requests_per_probe_sweep_and_fresh_probe() {
         probes, REVIEWS,
         "one fresh probe per review, one after another"
     );
-    let (requests, by_method) = delta(&before, &etcd.grpc_requests().await);
+    let (requests, by_method) = grpc_delta(&before, &etcd.grpc_requests().await);
     let api_requests = requests_since(&api, api_before);
     ledger.hold(
         &format!("etcd requests of {REVIEWS} reviews with a fresh probe ({by_method})"),

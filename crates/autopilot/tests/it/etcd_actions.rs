@@ -13,7 +13,7 @@ use quorumguard_engine::model::{Alarm, Member, MemberId};
 use quorumguard_observe::etcd::{Probe, Prober, Transport};
 
 use crate::probe::{SETTLE, probe_until};
-use testkit::etcd::EtcdCluster;
+use testkit::etcd::{EtcdCluster, grpc_delta};
 
 /// Each call's deadline: a defragmentation of a 1 MiB backend takes milliseconds; loaded CI
 /// machines need the margin.
@@ -23,21 +23,13 @@ fn actor(cluster: &EtcdCluster) -> EtcdActor {
     EtcdActor::new(cluster.client_tls(), Transport::Direct, DEADLINE)
 }
 
-/// What etcd counted between `before` and now, as "Method n, ..." (requests by gRPC method).
+/// What etcd counted between `before` and now, as "Method n, ..." ([`grpc_delta`]).
 fn counted(
     rt: &tokio::runtime::Runtime,
     cluster: &EtcdCluster,
     before: &BTreeMap<String, u64>,
 ) -> String {
-    let after = rt.block_on(cluster.grpc_requests());
-    after
-        .iter()
-        .filter_map(|(method, n)| {
-            let d = n - before.get(method).copied().unwrap_or(0);
-            (d > 0).then(|| format!("{method} {d}"))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    grpc_delta(before, &rt.block_on(cluster.grpc_requests())).1
 }
 
 fn leader(p: &Probe) -> &Member {
