@@ -163,15 +163,7 @@ fn quantiles(mut v: Vec<Duration>) -> (f64, f64) {
 /// A workload API-server stand-in relaying `kube-system/etcd-<member>` to every member, and the
 /// relay that delays the way to it, if any.
 async fn workload(etcd: &EtcdCluster, rtt: Option<Duration>) -> Result<Workload> {
-    let api = ApiServer::start().await?;
-    for i in 0..etcd.len() {
-        let addr = etcd
-            .client_url(i)
-            .trim_start_matches("https://")
-            .parse()
-            .context("a loopback address")?;
-        api.forward_pod("kube-system", &format!("etcd-{}", etcd.name(i)), addr);
-    }
+    let api = testkit::etcd::workload_api(etcd).await?;
     let relay = match rtt {
         Some(rtt) => Some(DelayRelay::start(api.addr(), rtt).await?),
         None => None,

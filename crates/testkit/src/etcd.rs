@@ -127,6 +127,27 @@ pub fn minor_version() -> (u32, u32) {
     }
 }
 
+/// A workload API-server stand-in relaying `kube-system/etcd-<member>` to every member of `etcd`
+/// (as kube-apiserver, through the kubelet, forwards a port of kubeadm's static etcd pod): what
+/// the port-forward transport reaches etcd through.
+pub async fn workload_api(etcd: &lib::EtcdCluster) -> anyhow::Result<crate::apiserver::ApiServer> {
+    use anyhow::Context;
+    let api = crate::apiserver::ApiServer::start()
+        .await
+        .context("a workload API-server stand-in")?;
+    for i in 0..etcd.len() {
+        let (Some(url), Some(member)) = (etcd.client_url(i), etcd.name(i)) else {
+            anyhow::bail!("etcd member {i} has no client URL or name");
+        };
+        let addr: SocketAddr = url
+            .trim_start_matches("https://")
+            .parse()
+            .with_context(|| format!("{url}: a loopback address"))?;
+        api.forward_pod("kube-system", &format!("etcd-{member}"), addr);
+    }
+    Ok(api)
+}
+
 /// etcd requests by method between two readings of [`EtcdCluster::grpc_requests`]: how many in
 /// all, and as "Method n, ..." (methods with none left out).
 pub fn grpc_delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> (u64, String) {

@@ -306,20 +306,7 @@ impl Fleet {
         let mut workloads = Vec::new();
         if o.port_forward {
             for e in &etcd {
-                let w = ApiServer::start()
-                    .await
-                    .context("a workload API-server stand-in")?;
-                for i in 0..e.len() {
-                    let (Some(url), Some(member)) = (e.client_url(i), e.name(i)) else {
-                        bail!("etcd member {i} has no client URL or name");
-                    };
-                    let addr = url
-                        .trim_start_matches("https://")
-                        .parse()
-                        .context("a loopback address")?;
-                    w.forward_pod("kube-system", &format!("etcd-{member}"), addr);
-                }
-                workloads.push(w);
+                workloads.push(crate::etcd::workload_api(e).await?);
             }
         }
         let mut clusters = Vec::new();

@@ -68,22 +68,9 @@ fn kubeconfig_secret(ns: &str, workload: &ApiServer) -> Value {
 
 /// A workload API-server stand-in relaying `kube-system/etcd-<member>` to every member.
 async fn workload_for(etcd: &EtcdCluster) -> ApiServer {
-    let api = ApiServer::start().await.expect("workload stand-in");
-    for i in 0..etcd.len() {
-        api.forward_pod(
-            "kube-system",
-            &format!("etcd-{}", etcd.name(i)),
-            addr(etcd, i),
-        );
-    }
-    api
-}
-
-fn addr(etcd: &EtcdCluster, i: usize) -> SocketAddr {
-    etcd.client_url(i)
-        .trim_start_matches("https://")
-        .parse()
-        .expect("a loopback address")
+    testkit::etcd::workload_api(etcd)
+        .await
+        .expect("workload stand-in")
 }
 
 /// The state `serve` keeps, fed by the real watches against the management stand-in, once it
