@@ -128,10 +128,11 @@ async fn until<T>(
 }
 
 /// Prints a story's figure (`cargo test --workspace --test slow -- playground::autopilot
-/// --nocapture`): how long from `since` (the autopilot turned on) to `what`.
-fn figure(story: &str, what: &str, since: Instant) {
+/// --nocapture`): how long from `since` (when `from` happened: the autopilot turned on, a member
+/// thawed) to `what`.
+fn figure(story: &str, from: &str, what: &str, since: Instant) {
     println!(
-        "figure: {story}: autopilot on -> {what}: {:.1} s",
+        "figure: {story}: {from} -> {what}: {:.1} s",
         since.elapsed().as_secs_f64()
     );
 }
@@ -263,7 +264,7 @@ async fn learner_story(world: &World) {
     annotate(world, "on").await;
     let on = Instant::now();
     until_voting(world, &mut seen, &learner, "the learner is a voting member").await;
-    figure("learner never promoted", "voting", on);
+    figure("learner never promoted", "autopilot on", "voting", on);
     let acted = event(world, &mut seen, "AutopilotActed", &learner).await;
     assert!(
         acted.contains("before ") && acted.contains("after "),
@@ -314,9 +315,11 @@ fn a_learner_frozen_just_before_its_promotion_is_refused_then_promoted() {
             "the learner is promoted once back",
         )
         .await;
-        println!(
-            "figure: learner frozen before its promotion: thawed -> voting: {:.1} s",
-            thawed.elapsed().as_secs_f64()
+        figure(
+            "learner frozen before its promotion",
+            "thawed",
+            "voting",
+            thawed,
         );
         assert!(seen.quorum_lost.is_empty(), "{:?}", seen.quorum_lost);
     });
@@ -344,7 +347,12 @@ async fn unstarted_story(world: &World, api: &str) {
     .await;
     // KCP's chance (2 s here) is counted from when the action was first published: it ran out
     // during the dry run.
-    figure(&format!("member never started ({api})"), "removed", on);
+    figure(
+        &format!("member never started ({api})"),
+        "autopilot on",
+        "removed",
+        on,
+    );
     let names: Vec<String> = listed(world).await.into_iter().map(|m| m.1).collect();
     assert!(names.iter().all(|n| !n.is_empty()), "{names:?}");
     event(world, &mut seen, "AutopilotActed", "never started").await;
@@ -446,7 +454,12 @@ fn the_stuck_upgrade_of_2651_converges_with_the_autopilot() {
             tokio::time::sleep(world.settle_time()).await;
         }
         assert!(converged, "the rollout did not converge:\n{}", tl.text());
-        figure("#2651 stuck upgrade", "the rollout converged", on);
+        figure(
+            "#2651 stuck upgrade",
+            "autopilot on",
+            "the rollout converged",
+            on,
+        );
         let machines = world.machines();
         assert_eq!(machines.len(), 3, "{machines:?}");
         assert!(
@@ -519,7 +532,7 @@ fn nospace_is_freed_and_disarmed_by_the_autopilot() {
             (!alarms.contains("NOSPACE")).then_some(())
         })
         .await;
-        figure("NOSPACE", "disarmed (6 steps)", on);
+        figure("NOSPACE", "autopilot on", "disarmed (6 steps)", on);
         // Writes work again.
         let put = world
             .etcd(|e| {

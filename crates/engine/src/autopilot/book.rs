@@ -3,7 +3,7 @@
 //! plan has come. The adapter keeps it (in memory of the Lease holder); the engine reads it to
 //! decide and updates it from what the next probe shows ([`Book::settle`]).
 
-use super::free_space::Progress;
+use super::free_space::{Progress, compaction_bound};
 use super::{Act, Kind, Proof, Refusal, Situation, Step, Why};
 use crate::model::{Alarm, ControlPlane, EtcdState};
 use crate::next_action::{ActionCode, NextAction, rfc3339};
@@ -155,7 +155,7 @@ impl Book {
             self.failures = 0;
             self.failed_step = None;
             if f.step == Step::Compact {
-                self.free_space.compaction_index = super::free_space::compaction_bound(members);
+                self.free_space.compaction_index = compaction_bound(members);
             }
             self.free_space.done(&f.step);
             return Some(Outcome::Succeeded(format!(
